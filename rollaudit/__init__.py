@@ -1,0 +1,85 @@
+"""rollaudit: audit the advantages of RL-for-LLM rollout dumps.
+
+>>> import rollaudit
+>>> table = rollaudit.load("sample_dumps/fanout/rollout_data/3.pt")       # doctest: +SKIP
+>>> report = rollaudit.audit(table, schemes=["batch", "prompt", "trajectory"])  # doctest: +SKIP
+>>> report.summary                                                       # doctest: +SKIP
+
+Names resolve lazily: ``import rollaudit`` loads neither torch nor matplotlib.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "make_table": "._table",
+    "validate_table": "._table",
+    "CANONICAL_COLUMNS": "._table",
+    "Scheme": "._schemes",
+    "PRESETS": "._schemes",
+    "get_scheme": "._schemes",
+    "split_schemes": "._schemes",
+    "recompute": "._api",
+    "audit": "._api",
+    "DEFAULT_SCHEMES": "._api",
+    "Report": "._report",
+    "SCHEMA_VERSION": "._report",
+    "METRICS": "._metrics",
+    "load": "._load",
+    "RollauditError": "._errors",
+    "InputError": "._errors",
+    "SchemeError": "._errors",
+    "UsageError": "._errors",
+    "GateFailed": "._errors",
+    "RollauditWarning": "._errors",
+}
+
+__all__ = [
+    "CANONICAL_COLUMNS",
+    "DEFAULT_SCHEMES",
+    "METRICS",
+    "PRESETS",
+    "SCHEMA_VERSION",
+    "GateFailed",
+    "InputError",
+    "Report",
+    "RollauditError",
+    "RollauditWarning",
+    "Scheme",
+    "SchemeError",
+    "UsageError",
+    "__version__",
+    "audit",
+    "get_scheme",
+    "load",
+    "make_table",
+    "recompute",
+    "split_schemes",
+    "validate_table",
+]
+
+if TYPE_CHECKING:
+    from ._api import DEFAULT_SCHEMES, audit, recompute
+    from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
+    from ._load import load
+    from ._metrics import METRICS
+    from ._report import SCHEMA_VERSION, Report
+    from ._schemes import PRESETS, Scheme, get_scheme, split_schemes
+    from ._table import CANONICAL_COLUMNS, make_table, validate_table
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rollaudit' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,156 @@
+"""The notebook API: recompute advantages and audit schemes against a reference.
+
+table -> encode (codes on one device) -> advantages per scheme -> metrics -> Report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import pyarrow as pa
+
+from ._errors import SchemeError
+from ._report import Report
+from ._schemes import Scheme, get_scheme, split_schemes
+from ._table import PROMPT, TRAJECTORY, validate_table
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
+SchemeList = str | Scheme | Iterable[str | Scheme]
+
+
+def resolve_schemes(schemes: SchemeList) -> dict[str, Scheme]:
+    """Scheme strings (or Schemes) to ``{name: Scheme}``, in order, duplicates dropped."""
+    if isinstance(schemes, (str, Scheme)):
+        schemes = split_schemes(schemes) if isinstance(schemes, str) else [schemes]
+    resolved: dict[str, Scheme] = {}
+    for item in schemes:
+        scheme = get_scheme(item.strip() if isinstance(item, str) else item)
+        resolved.setdefault(str(scheme), scheme)
+    if not resolved:
+        raise SchemeError("no scheme given", expected="at least one scheme string, e.g. prompt")
+    return resolved
+
+
+def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tuple[object, dict[str, torch.Tensor]]:
+    from ._kernel import advantages, encode
+
+    encoded = encode(table, device)
+    return encoded, {name: advantages(encoded, scheme) for name, scheme in schemes.items()}
+
+
+def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: str = "auto") -> pa.Table:
+    """One float64 advantage column per scheme, named by the scheme string as given, in row order.
+
+    NaN marks an undefined advantage (a NaN/inf reward, or a one-member group
+    under a scheme whose framework produced NaN there).
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[1.0, 3.0, 5.0], prompt=[0, 0, 1])
+    >>> rollaudit.recompute(t, ["prompt(scale=none)"]).column(0).to_pylist()
+    [-1.0, 1.0, 0.0]
+    """
+    table = validate_table(table)
+    resolved = resolve_schemes(schemes)
+    _, values = _advantages(table, resolved, device)
+    return pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+
+
+def audit(
+    table: pa.Table,
+    schemes: SchemeList = DEFAULT_SCHEMES,
+    reference: str | Scheme = "prompt",
+    device: str = "auto",
+    tol: float = 1e-6,
+) -> Report:
+    """Recompute ``schemes`` and the ``reference`` and measure how far each is from the reference.
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[0, 1, 0, 0], prompt=[0, 0, 1, 1])
+    >>> int(rollaudit.audit(t).summary.loc["batch", "spurious_nonzero"])
+    2
+    """
+    from ._metrics import COUNT_METRICS, METRICS, compare, histograms, per_prompt, prompt_groups, step_of_groups
+
+    started = time.perf_counter()
+    table = validate_table(table)
+    resolved = resolve_schemes(schemes)
+    reference_scheme = get_scheme(reference)
+    reference_name = str(reference_scheme)
+    resolved.setdefault(reference_name, reference_scheme)
+    encoded, values = _advantages(table, resolved, device)
+    reference_values = values[reference_name]
+
+    import torch
+
+    one_segment = torch.zeros(encoded.rows, dtype=torch.int64, device=encoded.device)
+    summary_rows, step_rows = {}, []
+    for name, tensor in values.items():
+        total = compare(tensor, reference_values, one_segment, 1, encoded.response_length, tol)
+        summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
+        by_step = compare(tensor, reference_values, encoded.step, encoded.steps, encoded.response_length, tol)
+        for position, step in enumerate(encoded.step_values):
+            step_rows.append(
+                {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}
+            )
+    summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
+    summary.index.name = "scheme"
+    per_step = pd.DataFrame(step_rows, columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    counts = [metric for metric in METRICS if metric in COUNT_METRICS]
+    summary[counts] = summary[counts].astype("int64")
+    per_step[counts] = per_step[counts].astype("int64")
+
+    n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
+    info = _info(table, encoded)
+    try:
+        groups = prompt_groups(encoded, n_for_groups)
+    except SchemeError as error:
+        info["per_prompt_unavailable"] = error.line()
+        group_histograms: dict[str, dict[int, int]] = {}
+        prompts = pd.DataFrame()
+    else:
+        group_histograms = histograms(groups)
+        columns = per_prompt(encoded, groups, values, reference_name, tol)
+        first_rows = groups.first_row.cpu().numpy()
+        keys = table.column(PROMPT).take(pa.array(first_rows)).to_pylist()
+        prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns})
+        whole = [name for name in prompts.columns if name.split(":")[0] in ("flips", "spurious")]
+        prompts[whole] = prompts[whole].astype("int64")
+        info["prompts"] = groups.count
+        info["trajectories"] = int(groups.trajectories.sum())
+    info["device"] = str(encoded.device)
+    info["seconds"] = round(time.perf_counter() - started, 6)
+    return Report(
+        reference=reference_name,
+        schemes=list(resolved),
+        summary=summary,
+        per_step=per_step,
+        per_prompt=prompts,
+        histograms=group_histograms,
+        info=info,
+    )
+
+
+def _info(table: pa.Table, encoded: object) -> dict:
+    """Counts and data issues: how many samples, steps, keys present, non-finite rewards."""
+    rewards = encoded.reward
+    nonfinite = [] if encoded.all_finite else (~encoded.finite).nonzero().flatten().cpu().numpy()
+    info = {
+        "samples": int(encoded.rows),
+        "steps": int(encoded.steps),
+        "step_values": [int(step) for step in encoded.step_values],
+        "prompts": 0,
+        "trajectories": 0,
+        "with_prompt_key": int(table.num_rows - table.column(PROMPT).null_count),
+        "with_trajectory_key": int(table.num_rows - table.column(TRAJECTORY).null_count),
+        "nonfinite_rewards": len(nonfinite),
+    }
+    if len(nonfinite):
+        info["nonfinite_rows"] = [int(row) for row in nonfinite[:20]]
+        info["nonfinite_values"] = [str(float(rewards[row])) for row in nonfinite[:20]]
+    return info

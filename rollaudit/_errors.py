@@ -1,0 +1,72 @@
+"""The project's error types: every bad input ends in one of these.
+
+The CLI maps them to exit codes in one place (``exit_code``); anything else
+escaping a command is a bug.
+"""
+
+from __future__ import annotations
+
+
+class RollauditError(Exception):
+    """Bad input or usage: one line that names the file, the field or row, and what was expected."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        field: str | None = None,
+        row: int | None = None,
+        expected: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.field = field
+        self.row = row
+        self.expected = expected
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        """The one line shown to a user."""
+        where = []
+        if self.file is not None:
+            where.append(str(self.file))
+        if self.field is not None:
+            where.append(f"field {self.field!r}")
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        text = self.message
+        if self.expected is not None:
+            text += f" (expected {self.expected})"
+        line = f"{': '.join(where)}: {text}" if where else text
+        # One line, always: a newline from a hostile file must not forge output.
+        return " ".join(line.split())
+
+
+class InputError(RollauditError):
+    """A dump or table that cannot be read as rollouts."""
+
+
+class SchemeError(RollauditError):
+    """An unknown or malformed scheme string, or a scheme that cannot apply to a batch."""
+
+
+class UsageError(RollauditError):
+    """Options that do not fit together, or an output that cannot be written."""
+
+
+class GateFailed(RollauditError):
+    """A gate rule did not hold."""
+
+    exit_code = 1
+
+
+def exit_code(error: BaseException) -> int:
+    """Exit code for an error: 1 a gate failed, 2 usage or input error."""
+    return getattr(error, "exit_code", 2) if isinstance(error, RollauditError) else 2
+
+
+class RollauditWarning(UserWarning):
+    """Something the audit worked around and the user should know (one line)."""

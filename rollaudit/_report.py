@@ -1,0 +1,108 @@
+"""The audit report: plain data (pandas and dicts), no torch, ready for any renderer."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+
+def json_value(value: Any) -> Any:
+    """A JSON-ready copy: numpy scalars to Python, NaN and inf to None (undefined)."""
+    if isinstance(value, dict):
+        return {str(key): json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass
+class Report:
+    """What ``rollaudit.audit`` found.
+
+    ``summary``: one row per scheme (index: the scheme string), one column per
+    metric of the spec. ``per_step``: the same metrics per (step, scheme).
+    ``per_prompt``: one row per (step, prompt) with its size, trajectories,
+    mean reward, mean advantage under each scheme, and sign flips and
+    spurious advantages against the reference. ``histograms``: the three
+    group-size histograms, ``{size: count}``. ``info``: counts and data issues.
+    """
+
+    reference: str
+    schemes: list[str]
+    summary: pd.DataFrame
+    per_step: pd.DataFrame
+    per_prompt: pd.DataFrame
+    histograms: dict[str, dict[int, int]]
+    info: dict[str, Any] = field(default_factory=dict)
+    recorded: dict[str, Any] | None = None
+
+    def worst_prompts(self, limit: int = 10) -> pd.DataFrame:
+        """Prompts where the schemes disagree most with the reference, most sign flips first."""
+        table = self.per_prompt
+        flips = [column for column in table.columns if column.startswith("flips:")]
+        spurious = [column for column in table.columns if column.startswith("spurious:")]
+        if table.empty or not flips:
+            return table.head(0)
+        ranked = table.assign(
+            most_flips=table[flips].max(axis=1), most_spurious=table[spurious].max(axis=1)
+        ).sort_values(["most_flips", "most_spurious", "samples"], ascending=False, kind="stable")
+        return ranked[ranked["most_flips"] > 0].head(limit).drop(columns=["most_flips", "most_spurious"])
+
+    def silent_prompts(self, limit: int = 10) -> pd.DataFrame:
+        """Prompts with no learning signal under the reference that picked up advantages elsewhere."""
+        table = self.per_prompt
+        spurious = [column for column in table.columns if column.startswith("spurious:")]
+        if table.empty or not spurious:
+            return table.head(0)
+        picked = table[table["no_signal"] & (table[spurious].max(axis=1) > 0)]
+        order = picked[spurious].max(axis=1).sort_values(ascending=False, kind="stable").index
+        return picked.loc[order].head(limit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready document, versioned by ``schema_version``."""
+        per_step: dict[str, dict[str, dict[str, Any]]] = {}
+        for (step, scheme), row in self.per_step.iterrows():
+            per_step.setdefault(str(step), {})[scheme] = row.to_dict()
+        document = {
+            "schema_version": SCHEMA_VERSION,
+            "reference": self.reference,
+            "schemes": list(self.schemes),
+            "info": self.info,
+            "summary": {scheme: row.to_dict() for scheme, row in self.summary.iterrows()},
+            "per_step": per_step,
+            "histograms": {
+                name: {str(size): count for size, count in sizes.items()} for name, sizes in self.histograms.items()
+            },
+            "worst_prompts": self.worst_prompts().to_dict(orient="records"),
+            "silent_prompts": self.silent_prompts().to_dict(orient="records"),
+        }
+        if self.recorded is not None:
+            document["recorded"] = self.recorded
+        return json_value(document)
+
+    def _repr_html_(self) -> str:
+        info = self.info
+        head = (
+            f"<p><b>rollaudit</b>: {info.get('samples', 0)} samples, {info.get('steps', 0)} steps, "
+            f"{info.get('prompts', 0)} prompts, {info.get('trajectories', 0)} trajectories; "
+            f"reference <code>{html.escape(self.reference)}</code></p>"
+        )
+        worst = self.worst_prompts(5)
+        tail = "" if worst.empty else "<p>Worst prompts</p>" + worst.to_html()
+        return head + self.summary.to_html(float_format=lambda value: f"{value:.4g}", na_rep="n/a") + tail
+
+    def __repr__(self) -> str:
+        return (
+            f"<rollaudit.Report reference={self.reference!r} schemes={self.schemes!r} "
+            f"samples={self.info.get('samples', 0)}>"
+        )

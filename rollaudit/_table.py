@@ -1,0 +1,258 @@
+"""The canonical rollout table: the one shape every loader produces.
+
+One row per training sample. Columns, in this order:
+
+============================  ===============  ========  =====================================================
+column                        type             nulls     meaning
+============================  ===============  ========  =====================================================
+``step``                      int64            no        training step; one step is one batch, never mixed
+``position``                  int64            no        the sample's place in its step's batch order
+``prompt``                    int64 or string  allowed   prompt key (slime ``group_index``, verl ``input``, ...)
+``trajectory``                int64 or string  allowed   trajectory key; null = a trajectory of its own
+``reward``                    float64          no        raw reward; NaN/inf allowed here, reported downstream
+``status``                    string           allowed   sample status (``completed``, ``truncated``, ...)
+``response_length``           int64            allowed   response tokens; weights the token-level metrics
+``recorded_advantage``        float64          allowed   the advantage the trainer really used, when known
+============================  ===============  ========  =====================================================
+
+Any other column is passed through untouched (``index``, ``label``, a reward
+function's own column, ...). Batch order inside a step is ``position``, then
+row order; positional schemes and the ``first`` representative follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._errors import InputError
+
+STEP = "step"
+POSITION = "position"
+PROMPT = "prompt"
+TRAJECTORY = "trajectory"
+REWARD = "reward"
+STATUS = "status"
+RESPONSE_LENGTH = "response_length"
+RECORDED_ADVANTAGE = "recorded_advantage"
+
+CANONICAL_COLUMNS = (
+    STEP,
+    POSITION,
+    PROMPT,
+    TRAJECTORY,
+    REWARD,
+    STATUS,
+    RESPONSE_LENGTH,
+    RECORDED_ADVANTAGE,
+)
+KEY_COLUMNS = (PROMPT, TRAJECTORY)
+_FIXED_TYPES = {
+    STEP: pa.int64(),
+    POSITION: pa.int64(),
+    REWARD: pa.float64(),
+    STATUS: pa.string(),
+    RESPONSE_LENGTH: pa.int64(),
+    RECORDED_ADVANTAGE: pa.float64(),
+}
+_NOT_NULL = (STEP, POSITION, REWARD)
+
+
+def _key_array(values: Any, name: str) -> pa.Array:
+    """A prompt or trajectory key column: int64 or string, nulls allowed."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        try:
+            values = pa.array(_as_list(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as error:
+            raise InputError(f"cannot make a key column: {error}", field=name, expected="ints or strings") from None
+    kind = values.type
+    if pa.types.is_null(kind):
+        return pa.nulls(len(values), pa.int64())
+    if pa.types.is_integer(kind):
+        return values.cast(pa.int64())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return values.cast(pa.string())
+    if pa.types.is_dictionary(kind):
+        return _key_array(values.dictionary_decode(), name)
+    raise InputError(f"key column has type {kind}", field=name, expected="int64 or string keys")
+
+
+def _as_list(values: Any) -> Any:
+    """numpy arrays and torch tensors pass through pyarrow as they are; other iterables as lists."""
+    if hasattr(values, "__array__") or isinstance(values, list):
+        if type(values).__module__.startswith("torch"):
+            return values.detach().cpu().numpy()
+        return values
+    return list(values)
+
+
+def _typed_array(values: Any, name: str, kind: pa.DataType) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    try:
+        array = values if isinstance(values, pa.Array) else pa.array(_as_list(values))
+        return array.cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"cannot read as {kind}: {first}", field=name, expected=str(kind)) from None
+
+
+def _positions_in_row_order(step: pa.Array) -> pa.Array:
+    """0, 1, 2, ... within each step, in row order (a cumulative count per step)."""
+    import numpy as np
+
+    steps = step.to_numpy(zero_copy_only=False)
+    if len(steps) == 0:
+        return pa.array([], pa.int64())
+    if (steps == steps[0]).all():
+        return pa.array(np.arange(len(steps), dtype=np.int64))
+    order = np.argsort(steps, kind="stable")
+    sorted_steps = steps[order]
+    starts = np.flatnonzero(np.r_[True, sorted_steps[1:] != sorted_steps[:-1]])
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(steps)]))
+    positions = np.empty(len(steps), dtype=np.int64)
+    positions[order] = np.arange(len(steps)) - run_start
+    return pa.array(positions)
+
+
+def make_table(
+    reward: Any,
+    prompt: Any = None,
+    trajectory: Any = None,
+    step: Any = None,
+    **columns: Any,
+) -> pa.Table:
+    """A canonical rollout table from Python lists, numpy arrays, tensors or Arrow arrays.
+
+    ``prompt=None`` means no sample has a prompt key (positional schemes still
+    apply). ``step`` defaults to 0 for every row and ``position`` to the row's
+    place within its step. Other keyword arguments become columns: the
+    canonical ones (``status``, ``response_length``, ``recorded_advantage``,
+    ``position``) are typed, anything else passes through.
+
+    >>> make_table(reward=[1.0, 0.0], prompt=[7, 7]).num_rows
+    2
+    """
+    rewards = _typed_array(reward, REWARD, pa.float64())
+    length = len(rewards)
+
+    def column(values: Any, name: str) -> Any:
+        if values is None:
+            return None
+        if not isinstance(values, (pa.Array, pa.ChunkedArray, Mapping)) and not hasattr(values, "__len__"):
+            values = list(values)
+        if len(values) != length:
+            raise InputError(
+                f"has {len(values)} values but reward has {length}",
+                field=name,
+                expected="one value per sample",
+            )
+        return values
+
+    data: dict[str, pa.Array] = {}
+    data[STEP] = (
+        pa.array([0] * length, pa.int64()) if step is None else _typed_array(column(step, STEP), STEP, pa.int64())
+    )
+    position = columns.pop(POSITION, None)
+    data[POSITION] = (
+        _positions_in_row_order(data[STEP])
+        if position is None
+        else _typed_array(column(position, POSITION), POSITION, pa.int64())
+    )
+    data[PROMPT] = pa.nulls(length, pa.int64()) if prompt is None else _key_array(column(prompt, PROMPT), PROMPT)
+    data[TRAJECTORY] = (
+        pa.nulls(length, pa.int64()) if trajectory is None else _key_array(column(trajectory, TRAJECTORY), TRAJECTORY)
+    )
+    data[REWARD] = rewards
+    for name in (STATUS, RESPONSE_LENGTH, RECORDED_ADVANTAGE):
+        values = columns.pop(name, None)
+        data[name] = (
+            pa.nulls(length, _FIXED_TYPES[name])
+            if values is None
+            else _typed_array(column(values, name), name, _FIXED_TYPES[name])
+        )
+    for name, values in columns.items():
+        values = column(values, name)
+        try:
+            data[name] = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(_as_list(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as error:
+            raise InputError(f"cannot make a column: {error}", field=name) from None
+    return validate_table(pa.table(data))
+
+
+def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
+    """Row index of the first true value (mask has no nulls)."""
+    return int(pc.index(mask, True).as_py())
+
+
+def validate_table(table: pa.Table, *, source: str | None = None) -> pa.Table:
+    """Check ``table`` against the canonical schema; return it with canonical types.
+
+    Integer columns narrower than int64 are widened and large strings
+    narrowed; anything that cannot be cast, a missing column, or a null where
+    none is allowed raises :class:`InputError` naming the column and the first
+    bad row.
+    """
+    if not isinstance(table, pa.Table):
+        raise InputError(f"expected a pyarrow.Table, got {type(table).__name__}", file=source)
+    missing = [name for name in (STEP, POSITION, REWARD) if name not in table.column_names]
+    if missing:
+        raise InputError(
+            "missing canonical column",
+            file=source,
+            field=missing[0],
+            expected="the columns of rollaudit's canonical table (see rollaudit._table)",
+        )
+    for name in CANONICAL_COLUMNS:
+        if name not in table.column_names:
+            kind = _FIXED_TYPES.get(name, pa.int64())
+            table = table.append_column(name, pa.nulls(table.num_rows, kind))
+            continue
+        column = table.column(name)
+        if name in KEY_COLUMNS:
+            fixed = _key_array(column, name)
+        else:
+            try:
+                fixed = column.cast(_FIXED_TYPES[name]) if column.type != _FIXED_TYPES[name] else column
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise InputError(
+                    f"has type {column.type}: {str(error).splitlines()[0]}",
+                    file=source,
+                    field=name,
+                    expected=str(_FIXED_TYPES[name]),
+                ) from None
+        if name in _NOT_NULL and fixed.null_count:
+            raise InputError(
+                "is null", file=source, field=name, row=_first_true(pc.is_null(fixed)), expected="a value on every row"
+            )
+        if fixed is not column:
+            table = table.set_column(table.column_names.index(name), name, fixed)
+    lengths = table.column(RESPONSE_LENGTH)
+    if lengths.null_count < len(lengths):
+        negative = pc.fill_null(pc.less(lengths, 0), False)
+        if pc.any(negative).as_py():
+            raise InputError(
+                "is negative", file=source, field=RESPONSE_LENGTH, row=_first_true(negative), expected=">= 0"
+            )
+    order = list(CANONICAL_COLUMNS) + [name for name in table.column_names if name not in CANONICAL_COLUMNS]
+    return table.select(order)
+
+
+def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
+    """Tables of several files into one, keys unified (int keys become strings if another file has strings)."""
+    tables = list(tables)
+    if not tables:
+        raise InputError("no rollouts to concatenate", expected="at least one table")
+    for name in KEY_COLUMNS:
+        kinds = {table.schema.field(name).type for table in tables}
+        if len(kinds) > 1:
+            tables = [
+                table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
+                for table in tables
+            ]
+    return pa.concat_tables(tables, promote_options="permissive")

@@ -1,0 +1,156 @@
+"""Audit metrics against the oracle, the Report, the canonical table, and the cheap import."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rollaudit
+from rollaudit import InputError
+from tests.oracle import oracle_advantages, oracle_metrics
+from tests.test_kernel import batches, table_of
+
+METRIC_SCHEMES = ["batch", "trajectory", "slime-legacy(n=2)", "dr-grpo", "nemo-loo"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=batches(), lengths=st.lists(st.one_of(st.none(), st.integers(0, 50)), min_size=200, max_size=200))
+def test_metrics_match_oracle(rows, lengths):
+    for row, length in zip(rows, lengths, strict=False):
+        row["response_length"] = length
+    lengths_known = any(row["response_length"] is not None for row in rows)
+    report = rollaudit.audit(table_of(rows), schemes=METRIC_SCHEMES, reference="prompt", device="cpu")
+    reference = oracle_advantages([dict(row) for row in rows], rollaudit.get_scheme("prompt"))
+    for scheme in METRIC_SCHEMES:
+        values = oracle_advantages([dict(row) for row in rows], rollaudit.get_scheme(scheme))
+        expected = oracle_metrics(
+            values, reference, [row["response_length"] for row in rows] if lengths_known else None
+        )
+        got = report.summary.loc[scheme]
+        for metric, value in expected.items():
+            if value is None:
+                assert math.isnan(got[metric]), (scheme, metric, got[metric])
+            else:
+                assert got[metric] == pytest.approx(value, abs=1e-9), (scheme, metric)
+
+
+def seed_like_table():
+    """Two prompts solved by nobody, one by half the samples: the seed's failure in miniature."""
+    return rollaudit.make_table(
+        reward=[0, 0, 0, 0, 0, 0, 1, 1, 0, 0],
+        prompt=[0, 0, 0, 1, 1, 1, 2, 2, 2, 2],
+        trajectory=[0, 1, 2, 3, 4, 5, 6, 6, 7, 8],
+        response_length=[10, 20, 30, 10, 20, 30, 5, 5, 5, 5],
+    )
+
+
+def test_batch_centring_invents_signal_for_unsolved_prompts():
+    report = rollaudit.audit(seed_like_table())
+    batch = report.summary.loc["batch"]
+    assert batch["nonzero"] == 10 and batch["nonzero_reference"] == 4
+    assert batch["nonzero_inflation"] == pytest.approx(2.5)
+    assert batch["spurious_nonzero"] == 6 and batch["lost_signal"] == 0
+    assert batch["sign_flip_rate"] == pytest.approx(0.6)
+    # Token-weighted: the 6 flipped samples of prompts 0 and 1 carry 120 of 140 tokens.
+    assert batch["token_flip_rate"] == pytest.approx(120 / 140)
+    silent = report.silent_prompts()
+    assert sorted(silent["prompt"]) == [0, 1]
+    assert report.worst_prompts().iloc[0]["prompt"] in (0, 1)
+
+
+def test_reference_row_is_identity_and_inflation_undefined_without_signal():
+    report = rollaudit.audit(rollaudit.make_table(reward=[1.0, 1.0], prompt=[0, 0]), schemes=["batch"])
+    assert report.summary.loc["prompt", "sign_flip_rate"] == 0
+    assert math.isnan(report.summary.loc["batch", "nonzero_inflation"])
+    assert math.isnan(report.summary.loc["batch", "advantage_cosine"])
+    assert report.to_dict()["summary"]["batch"]["nonzero_inflation"] is None
+
+
+def test_histograms_and_per_prompt_table():
+    report = rollaudit.audit(seed_like_table())
+    assert report.histograms == {
+        "samples_per_prompt": {3: 2, 4: 1},
+        "trajectories_per_prompt": {3: 3},
+        "samples_per_trajectory": {1: 8, 2: 1},
+    }
+    row = report.per_prompt.set_index("prompt").loc[2]
+    assert (row["samples"], row["trajectories"], row["mean_reward"]) == (4, 3, 0.5)
+    assert {"mean_advantage:batch", "flips:batch", "spurious:batch", "flips:trajectory"} <= set(report.per_prompt)
+
+
+def test_per_step_metrics_and_nonfinite_rewards():
+    table = rollaudit.make_table(reward=[0, 1, 0, 0, math.nan, 1], prompt=[0, 0, 1, 1, 2, 2], step=[3, 3, 3, 3, 4, 4])
+    report = rollaudit.audit(table, schemes=["batch"])
+    assert list(report.per_step.index.get_level_values("step").unique()) == [3, 4]
+    assert report.per_step.loc[(3, "batch"), "spurious_nonzero"] == 2
+    assert report.info["nonfinite_rewards"] == 1 and report.info["nonfinite_rows"] == [4]
+    assert report.summary.loc["batch", "undefined"] == 1
+
+
+def test_to_dict_is_versioned_json():
+    document = rollaudit.audit(seed_like_table()).to_dict()
+    text = json.dumps(document, allow_nan=False)
+    assert json.loads(text)["schema_version"] == rollaudit.SCHEMA_VERSION
+    assert set(document["summary"]) == {"batch", "prompt", "trajectory"}
+    assert set(document["summary"]["batch"]) == set(rollaudit.METRICS)
+    assert document["reference"] == "prompt"
+
+
+def test_repr_html_renders_the_summary():
+    html = rollaudit.audit(seed_like_table())._repr_html_()
+    assert "<table" in html and "sign_flip_rate" in html and "batch" in html
+
+
+def test_recompute_names_columns_as_given():
+    table = seed_like_table()
+    out = rollaudit.recompute(table, "batch, prompt(scale=none)")
+    assert out.column_names == ["batch", "prompt(scale=none)"]
+    assert out.schema.field(0).type == pa.float64() and out.num_rows == table.num_rows
+
+
+def test_unknown_device_is_an_error():
+    with pytest.raises(rollaudit.SchemeError, match="unknown device"):
+        rollaudit.recompute(seed_like_table(), device="tpu")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"reward": [1.0, None], "prompt": [0, 0]}, "field 'reward': row 1: is null"),
+        ({"reward": [1.0, 2.0], "prompt": [0]}, "field 'prompt': has 1 values but reward has 2"),
+        ({"reward": ["a", "b"], "prompt": [0, 0]}, "field 'reward': cannot read as double"),
+        ({"reward": [1.0], "prompt": [1.5]}, "field 'prompt': key column has type double"),
+        ({"reward": [1.0], "prompt": [0], "response_length": [-3]}, "field 'response_length': row 0: is negative"),
+    ],
+)
+def test_make_table_names_the_bad_field(kwargs, message):
+    with pytest.raises(InputError) as caught:
+        rollaudit.make_table(**kwargs)
+    assert message in caught.value.line()
+    assert "\n" not in caught.value.line()
+
+
+def test_validate_table_reports_missing_columns_and_keeps_pass_through():
+    with pytest.raises(InputError, match="missing canonical column"):
+        rollaudit.validate_table(pa.table({"reward": [1.0]}))
+    table = rollaudit.make_table(reward=[1.0], prompt=["q"], label=["yes"])
+    assert table.column_names[: len(rollaudit.CANONICAL_COLUMNS)] == list(rollaudit.CANONICAL_COLUMNS)
+    assert table.column("label").to_pylist() == ["yes"]
+    narrow = table.set_column(0, "step", table.column("step").cast(pa.int32()))
+    assert rollaudit.validate_table(narrow).schema.field("step").type == pa.int64()
+
+
+def test_import_is_cheap():
+    code = (
+        "import sys, rollaudit; rollaudit.Scheme; rollaudit.PRESETS;"
+        "print('torch' in sys.modules, 'matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]

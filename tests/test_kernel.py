@@ -1,0 +1,241 @@
+"""The torch kernel against the plain-Python oracle on random uneven batches, and its invariants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rollaudit
+from rollaudit import SchemeError
+from tests.oracle import OracleError, oracle_advantages
+
+SCHEMES = [
+    "batch",
+    "prompt",
+    "trajectory",
+    "batch(scale=none)",
+    "prompt(std=population)",
+    "trajectory(representative=max)",
+    "trajectory(representative=mean, scale=none)",
+    "slime-legacy(n=2)",
+    "slime-legacy(n=3, batch_size=2)",
+    "slime-2204(n=2)",
+    "verl-grpo",
+    "verl-rloo",
+    "dr-grpo",
+    "trl-group(n=2)",
+    "trl-batch(n=3)",
+    "nemo-loo",
+    "nemo-loo(std=population)",
+    "agl-dedup",
+    "positional(n=2, singleton=raw)",
+    "custom(baseline=leave-one-out, scale=std, eps=0.001)",
+]
+# Dyadic rewards: sums and means of equal values stay exact, so a zero std is exactly zero in both.
+REWARDS = st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0])
+ODD_REWARDS = st.sampled_from([math.nan, math.inf, -math.inf])
+
+
+@st.composite
+def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_keys=None):
+    """Rows of 1-3 steps, uneven prompt groups, trajectories of 1+ samples, rows shuffled across steps."""
+    rows = []
+    prompt_counter = 0
+    use_strings = draw(st.booleans()) if string_keys is None else string_keys
+    for step in draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)):
+        step_rows = []
+        for _ in range(draw(st.integers(1, 5))):
+            prompt = f"p{prompt_counter}" if use_strings else prompt_counter
+            prompt_counter += 1
+            trajectories = draw(st.integers(1, 4))
+            for _ in range(draw(st.integers(1, 7))):
+                trajectory = draw(st.integers(0, trajectories - 1))
+                missing = allow_missing_trajectory and draw(st.integers(0, 9)) == 0
+                reward = draw(ODD_REWARDS) if allow_nonfinite and draw(st.integers(0, 24)) == 0 else draw(REWARDS)
+                step_rows.append(
+                    {
+                        "step": step,
+                        "prompt": prompt,
+                        "trajectory": None if missing else f"{prompt}/{trajectory}",
+                        "reward": reward,
+                    }
+                )
+        order = draw(st.permutations(range(len(step_rows))))
+        for position, row in zip(order, step_rows, strict=True):
+            row["position"] = position
+        rows.extend(step_rows)
+    return draw(st.permutations(rows))
+
+
+def table_of(rows):
+    return rollaudit.make_table(
+        reward=[row["reward"] for row in rows],
+        prompt=[row["prompt"] for row in rows],
+        trajectory=[row["trajectory"] for row in rows],
+        step=[row["step"] for row in rows],
+        position=[row["position"] for row in rows],
+        response_length=[row.get("response_length") for row in rows],
+    )
+
+
+def kernel(rows, scheme):
+    return rollaudit.recompute(table_of(rows), [scheme], device="cpu").column(0).to_pylist()
+
+
+def assert_close(actual, expected, tol=1e-9):
+    assert len(actual) == len(expected)
+    for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if math.isnan(e):
+            assert math.isnan(a), f"row {index}: {a} != nan"
+        else:
+            assert abs(a - e) <= tol, f"row {index}: {a} != {e}"
+
+
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@PROPERTY
+@given(rows=batches())
+def test_kernel_matches_oracle(scheme, rows):
+    parsed = rollaudit.get_scheme(scheme)
+    try:
+        expected = oracle_advantages([dict(row) for row in rows], parsed)
+    except OracleError:
+        with pytest.raises(SchemeError):
+            kernel(rows, scheme)
+        return
+    assert_close(kernel(rows, scheme), expected)
+
+
+@PROPERTY
+@given(rows=batches(allow_missing_trajectory=False), n=st.integers(1, 4), prompts=st.integers(1, 6))
+def test_keyless_batches_use_slices_of_n(rows, n, prompts):
+    rewards = [row["reward"] for row in rows][: n * prompts]
+    if len(rewards) < n * prompts:
+        return
+    table = rollaudit.make_table(reward=rewards)
+    keyed = rollaudit.make_table(reward=rewards, prompt=[index // n for index in range(len(rewards))])
+    for scheme in ("prompt", "trajectory", "verl-grpo", "nemo-loo"):
+        assert_close(
+            rollaudit.recompute(table, [f"{scheme}(n={n})"]).column(0).to_pylist(),
+            rollaudit.recompute(keyed, [scheme]).column(0).to_pylist(),
+            tol=1e-12,
+        )
+
+
+ORDER_FREE = [
+    "batch",
+    "prompt",
+    "trajectory(representative=max)",
+    "trajectory(representative=mean)",
+    "verl-grpo",
+    "verl-rloo",
+    "dr-grpo",
+    "nemo-loo",
+]
+
+
+@PROPERTY
+@given(rows=batches(), data=st.data())
+def test_permuting_rows_permutes_the_output(rows, data):
+    permutation = data.draw(st.permutations(range(len(rows))))
+    shuffled = [rows[index] for index in permutation]
+    # Positions travel with their rows: batch order is unchanged, so every scheme permutes.
+    for scheme in [*ORDER_FREE, "trajectory", "positional(n=1)", "slime-legacy(n=2)"]:
+        try:
+            before = kernel(rows, scheme)
+        except SchemeError:
+            continue
+        assert_close(kernel(shuffled, scheme), [before[index] for index in permutation], tol=1e-12)
+    # Positions reassigned to the new row order: only order-free schemes may permute.
+    renumbered = [dict(row, position=place) for place, row in enumerate(shuffled)]
+    for scheme in ORDER_FREE:
+        try:
+            before = kernel(rows, scheme)
+        except SchemeError:
+            continue
+        assert_close(kernel(renumbered, scheme), [before[index] for index in permutation], tol=1e-12)
+
+
+@PROPERTY
+@given(prompts=st.integers(1, 30), n=st.integers(1, 9), seed=st.integers(0, 2**32 - 1))
+def test_uniform_layout_prompt_equals_reshape(prompts, n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randint(0, 3, (prompts * n,), generator=generator).to(torch.float64) / 2
+    table = rollaudit.make_table(reward=rewards, prompt=torch.arange(prompts * n) // n)
+    got = torch.tensor(rollaudit.recompute(table, ["prompt"]).column(0).to_pylist(), dtype=torch.float64)
+    grid = rewards.view(-1, n)
+    if n == 1:
+        expected = torch.zeros_like(rewards)  # singleton zero
+    else:
+        expected = ((grid - grid.mean(-1, keepdim=True)) / (grid.std(-1, keepdim=True) + 1e-6)).flatten()
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+@PROPERTY
+@given(rows=batches(allow_missing_trajectory=False))
+def test_trajectory_equals_prompt_when_every_trajectory_has_one_sample(rows):
+    single = [dict(row, trajectory=f"t{index}") for index, row in enumerate(rows)]
+    assert_close(kernel(single, "trajectory"), kernel(single, "prompt"), tol=1e-12)
+    keyless = [dict(row, trajectory=None) for row in rows]
+    assert_close(kernel(keyless, "agl-dedup"), kernel(keyless, "verl-grpo"), tol=1e-12)
+
+
+@PROPERTY
+@given(rows=batches(allow_nonfinite=False))
+def test_centred_advantages_sum_to_zero_per_prompt(rows):
+    values = kernel(rows, "prompt(scale=none)")
+    sums = {}
+    for row, value in zip(rows, values, strict=True):
+        sums[(row["step"], row["prompt"])] = sums.get((row["step"], row["prompt"]), 0.0) + value
+    assert all(abs(total) < 1e-9 for total in sums.values())
+
+
+@PROPERTY
+@given(rows=batches())
+def test_nan_never_leaks_from_singletons(rows):
+    for scheme in ("prompt", "trajectory", "verl-grpo", "nemo-loo", "agl-dedup", "verl-rloo"):
+        values = kernel(rows, scheme)
+        for row, value in zip(rows, values, strict=True):
+            assert math.isfinite(row["reward"]) == (not math.isnan(value))
+
+
+def test_large_offsets_keep_their_digits():
+    # A one-pass E[x^2] - E[x]^2 on 1e9-sized rewards cancels to noise (ulp of 1e18 is 128); two passes are exact.
+    rewards = [1e9 + delta for delta in (0.0, 1.0, 2.0, 3.0)]
+    table = rollaudit.make_table(reward=rewards, prompt=[0, 0, 0, 0])
+    values = rollaudit.recompute(table, ["prompt"]).column(0).to_pylist()
+    std = math.sqrt(5 / 3)
+    assert values == pytest.approx([d / (std + 1e-6) for d in (-1.5, -0.5, 0.5, 1.5)], abs=1e-12)
+
+
+def test_float32_rewards_are_accumulated_in_float64():
+    rewards = torch.full((100_001,), 0.1, dtype=torch.float32)
+    rewards[0] = 1.1
+    table = rollaudit.make_table(reward=rewards, prompt=[0] * len(rewards))
+    value = rollaudit.recompute(table, ["prompt(scale=none)"]).column(0)[1].as_py()
+    expected = (
+        float(torch.tensor(0.1, dtype=torch.float32))
+        - (float(torch.tensor(1.1, dtype=torch.float32)) + 100_000 * float(torch.tensor(0.1, dtype=torch.float32)))
+        / 100_001
+    )
+    assert value == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.gpu
+@PROPERTY
+@given(rows=batches())
+def test_cuda_matches_cpu(rows):
+    table = table_of(rows)
+    for scheme in SCHEMES:
+        try:
+            cpu = rollaudit.recompute(table, [scheme], device="cpu").column(0).to_pylist()
+        except SchemeError:
+            continue
+        assert_close(rollaudit.recompute(table, [scheme], device="cuda").column(0).to_pylist(), cpu, tol=1e-12)
