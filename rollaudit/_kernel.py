@@ -150,9 +150,11 @@ class Encoded:
 
     @cached_property
     def _steps(self) -> tuple[torch.Tensor | None, np.ndarray]:
-        values = _numpy(self.table.column(STEP), np.int64)
-        if len(values) == 0 or values.min() == values.max():
-            return None, values[:1]
+        column = self.table.column(STEP)
+        bounds = pc.min_max(column)
+        if bounds["min"].as_py() == bounds["max"].as_py():
+            return None, np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
+        values = _numpy(column, np.int64)
         codes, _ = densify(_tensor(values))
         return self._to_device(codes), np.unique(values)
 
@@ -173,7 +175,9 @@ class Encoded:
     def step(self) -> torch.Tensor:
         """Dense step code of each row."""
         codes = self._steps[0]
-        return torch.zeros(self.rows, dtype=torch.int64, device=self.device) if codes is None else codes
+        if codes is None:  # one step: a stride-0 view of a single 0, no buffer per row
+            return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
+        return codes
 
     @cached_property
     def prompt(self) -> torch.Tensor:
@@ -363,12 +367,10 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
         key_count = int(trajectory.max()) + 1
         if int(trajectory.min()) >= 0:
             # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing.
-            low = torch.full((key_count,), -1, dtype=torch.int64, device=enc.device)
-            high = torch.full((key_count,), -1, dtype=torch.int64, device=enc.device)
-            low.scatter_reduce_(0, trajectory, groups, "amin", include_self=False)
-            high.scatter_reduce_(0, trajectory, groups, "amax", include_self=False)
-            if bool(torch.equal(low, high)):
-                units = Units(trajectory, key_count, low.clamp_(min=0))  # unused codes: -1 -> 0
+            # Any row's group per key (scatter keeps one writer); nested if every row agrees.
+            unit_group = torch.zeros(key_count, dtype=torch.int64, device=enc.device).scatter_(0, trajectory, groups)
+            if bool(unit_group.index_select(0, trajectory).eq_(groups).all()):
+                units = Units(trajectory, key_count, unit_group)
             trajectory_key = trajectory
         else:
             # A row without a trajectory key is a trajectory of its own.

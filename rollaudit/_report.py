@@ -71,14 +71,15 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready document, versioned by ``schema_version``."""
         per_step: dict[str, dict[str, dict[str, Any]]] = {}
-        for (step, scheme), row in self.per_step.iterrows():
-            per_step.setdefault(str(step), {})[scheme] = row.to_dict()
+        # to_dict(orient="index") keeps each column's type (iterrows would turn the int counts into floats).
+        for (step, scheme), row in self.per_step.to_dict(orient="index").items():
+            per_step.setdefault(str(step), {})[scheme] = row
         document = {
             "schema_version": SCHEMA_VERSION,
             "reference": self.reference,
             "schemes": list(self.schemes),
             "info": self.info,
-            "summary": {scheme: row.to_dict() for scheme, row in self.summary.iterrows()},
+            "summary": self.summary.to_dict(orient="index"),
             "per_step": per_step,
             "histograms": {
                 name: {str(size): count for size, count in sizes.items()} for name, sizes in self.histograms.items()

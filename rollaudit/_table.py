@@ -64,7 +64,7 @@ _NOT_NULL = (STEP, POSITION, REWARD)
 def _key_array(values: Any, name: str) -> pa.Array:
     """A prompt or trajectory key column: int64 or string, nulls allowed."""
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     if not isinstance(values, pa.Array):
         try:
             values = pa.array(_as_list(values))
@@ -73,6 +73,8 @@ def _key_array(values: Any, name: str) -> pa.Array:
     kind = values.type
     if pa.types.is_null(kind):
         return pa.nulls(len(values), pa.int64())
+    if kind in (pa.int64(), pa.string()):
+        return values
     if pa.types.is_integer(kind):
         return values.cast(pa.int64())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):

@@ -1,0 +1,842 @@
+"""Read ``torch.save`` zip files safely: nothing the file names is ever imported or called.
+
+A ``torch.save`` file is a zip holding ``<archive>/data.pkl`` (a pickle) and
+one member ``<archive>/data/<key>`` per tensor storage. ``torch.load`` with
+``weights_only=False`` imports and calls whatever the pickle names; with
+``weights_only=True`` it is safe but runs a pure-Python unpickler (about 8x
+slower). :class:`TorchArchive` keeps the C unpickler (C speed) and replaces
+the two hooks a pickle can reach the outside world through:
+
+* ``find_class`` returns only objects of this module: a few rebuild
+  functions (tensors, ``OrderedDict``, ``set``, protocol-2 ``bytes``) and,
+  for every other name, an inert :class:`Placeholder` class that accepts any
+  arguments, state or items and keeps none of them. The real object a name
+  refers to (``os.system``, ``builtins.eval``, ``numpy...``) is never looked up.
+* ``persistent_load`` accepts only torch's storage ids and reads the bytes
+  of ``<archive>/data/<key>`` from the zip; tensors are rebuilt from those
+  bytes with ``frombuffer`` and ``as_strided`` after a bounds check.
+
+Sizes are bounded before anything is allocated: a member must lie inside the
+file, a stored member must store what it declares, ``data.pkl`` has a size
+limit, all the storages read together cannot exceed the file, and one scan of
+the pickle's opcodes (:func:`check_opcodes`) refuses the memo indexes and
+declared lengths with which a few bytes make the C unpickler allocate
+gigabytes. Every failure is an :class:`~rollaudit.InputError` (one line);
+nothing else escapes.
+
+Tensors come back as ``torch.Tensor`` (``lazy_tensors=False``) or as
+:class:`StoredTensor` records that read their bytes only when asked
+(``.numpy()`` / ``.torch()``): a loader that needs two tensors out of ten
+reads two, and torch is imported only when a torch tensor is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import struct
+import warnings
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import InputError, RollauditWarning
+
+MAX_PICKLE_BYTES = 4 << 30
+"""Largest ``data.pkl`` read (4 GiB): slime dumps of thousands of agentic samples are hundreds of MB."""
+
+_MAX_TENSOR_DIMS = 64
+# Sizes, strides and offsets beyond this cannot describe real memory (and huge ints would make the checks slow).
+_MAX_INDEX = 1 << 62
+# A hostile pickle can name millions of distinct globals; past this many, they share one placeholder class.
+_MAX_PLACEHOLDER_CLASSES = 256
+_NAMES_IN_WARNING = 8
+# Deflate cannot compress better than about 1032:1; a member declaring more is lying about its size.
+_MAX_DEFLATE_RATIO = 1100
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_UTF8_NAME_FLAG = 0x800
+_ENCRYPTED_FLAG = 0x1
+_PICKLE_PROTOCOL_OPCODE = b"\x80"
+_MODULE_ALIASES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Placeholders: what every global outside the allow-list becomes.
+
+
+class Placeholder:
+    """An inert stand-in for a class or function named by a dump that rollaudit does not rebuild.
+
+    It takes part in every pickle protocol step (construction, ``__setstate__``,
+    appends, item assignment, being called) and keeps nothing: no attribute,
+    item or argument of the file survives in it.
+    """
+
+    __slots__ = ()
+    global_name = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Placeholder:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Placeholder:
+        # A placeholder function called by REDUCE gives another inert value, never a call.
+        return type(self)()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def add(self, item: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<placeholder for {self.global_name}>"
+
+
+def describe_unknown(names: list[str], overflow: int = 0) -> str:
+    """``placeholders for 2 unknown classes: numpy.core.multiarray._reconstruct, PIL.Image.Image``."""
+    total = len(names) + overflow
+    shown = ", ".join(names[:_NAMES_IN_WARNING])
+    more = total - min(len(names), _NAMES_IN_WARNING)
+    noun = "class" if total == 1 else "classes"
+    return f"placeholders for {total} unknown {noun}: {shown}" + (f" and {more} more" if more else "")
+
+
+def _printable(text: str, limit: int = 100) -> str:
+    """A name from the file, safe to print on one line."""
+    clean = "".join(character if character.isprintable() else "?" for character in text[:limit])
+    return clean + ("..." if len(text) > limit else "")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Storages and tensors.
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    """What ``torch.IntStorage`` and friends become: a dtype description, nothing callable."""
+
+    torch_name: str
+    numpy_dtype: str | None
+    itemsize: int
+
+
+_STORAGE_TYPES = {
+    "DoubleStorage": _StorageType("float64", "<f8", 8),
+    "FloatStorage": _StorageType("float32", "<f4", 4),
+    "HalfStorage": _StorageType("float16", "<f2", 2),
+    "BFloat16Storage": _StorageType("bfloat16", None, 2),
+    "LongStorage": _StorageType("int64", "<i8", 8),
+    "IntStorage": _StorageType("int32", "<i4", 4),
+    "ShortStorage": _StorageType("int16", "<i2", 2),
+    "CharStorage": _StorageType("int8", "i1", 1),
+    "ByteStorage": _StorageType("uint8", "u1", 1),
+    "BoolStorage": _StorageType("bool", "?", 1),
+    "ComplexFloatStorage": _StorageType("complex64", "<c8", 8),
+    "ComplexDoubleStorage": _StorageType("complex128", "<c16", 16),
+}
+
+
+@dataclass(frozen=True)
+class _Storage:
+    key: str
+    kind: _StorageType
+    numel: int
+    member: zipfile.ZipInfo
+
+
+class _TensorType:
+    """What ``torch.Tensor`` becomes when a pickle names it (``_rebuild_from_type_v2``): an inert marker."""
+
+    __slots__ = ()
+
+
+_TENSOR_TYPE = _TensorType()
+
+
+class _Malformed(ValueError):
+    """A pickle that does not follow torch's own layout; becomes an InputError at the load boundary."""
+
+
+def _check_view(storage: _Storage, offset: Any, size: Any, stride: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """Validate a tensor view against its storage before anything is built from it."""
+    if type(offset) is not int or not 0 <= offset <= _MAX_INDEX:
+        raise _Malformed(f"tensor storage offset {offset!r} is not a non-negative int")
+    for name, values in (("size", size), ("stride", stride)):
+        if not isinstance(values, (tuple, list)) or len(values) > _MAX_TENSOR_DIMS:
+            raise _Malformed(f"tensor {name} is not a tuple of at most {_MAX_TENSOR_DIMS} ints")
+        if any(type(value) is not int or not 0 <= value <= _MAX_INDEX for value in values):
+            raise _Malformed(f"tensor {name} holds something other than non-negative ints below 2**62")
+    if len(size) != len(stride):
+        raise _Malformed("tensor size and stride differ in length")
+    if offset > storage.numel:
+        raise _Malformed(f"tensor offset {offset} is past its storage of {storage.numel} elements")
+    if 0 not in size:
+        last = offset + sum((extent - 1) * step for extent, step in zip(size, stride, strict=True))
+        if last >= storage.numel:
+            raise _Malformed(f"tensor reaches element {last} of a storage of {storage.numel}")
+    return offset, tuple(size), tuple(stride)
+
+
+class StoredTensor:
+    """A tensor of a dump, not read yet: dtype and shape now, the bytes on ``.numpy()`` or ``.torch()``.
+
+    Only valid while its :class:`TorchArchive` is open.
+    """
+
+    __slots__ = ("_archive", "_storage", "offset", "shape", "stride")
+
+    def __init__(
+        self,
+        archive: TorchArchive,
+        storage: _Storage,
+        offset: int,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+    ) -> None:
+        self._archive = archive
+        self._storage = storage
+        self.offset = offset
+        self.shape = shape
+        self.stride = stride
+
+    @property
+    def dtype(self) -> str:
+        """The torch dtype name (``float32``, ``int64``, ...)."""
+        return self._storage.kind.torch_name
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for extent in self.shape:
+            count *= extent
+        return count
+
+    def numpy(self) -> Any:
+        """A read-only numpy view of the tensor (no torch import); bfloat16 has no numpy dtype."""
+        import numpy as np
+
+        kind = self._storage.kind
+        if kind.numpy_dtype is None:
+            raise InputError(f"a {kind.torch_name} tensor has no numpy dtype", file=self._archive.path)
+        flat = np.frombuffer(self._archive.storage_bytes(self._storage), dtype=kind.numpy_dtype)
+        strides = tuple(step * kind.itemsize for step in self.stride)
+        view = np.lib.stride_tricks.as_strided(flat[self.offset :], self.shape, strides, writeable=False)
+        return view
+
+    def torch(self) -> Any:
+        """A ``torch.Tensor`` sharing the bytes read from the zip."""
+        return _torch_view(
+            self._archive.storage_bytes(self._storage), self._storage, self.offset, self.shape, self.stride
+        )
+
+    def __repr__(self) -> str:
+        return f"StoredTensor(dtype={self.dtype}, shape={self.shape})"
+
+
+def _torch_view(buffer: bytearray, storage: _Storage, offset: int, shape: tuple, stride: tuple) -> Any:
+    import torch
+
+    dtype = getattr(torch, storage.kind.torch_name)
+    flat = torch.frombuffer(buffer, dtype=dtype) if len(buffer) else torch.empty(0, dtype=dtype)
+    return torch.as_strided(flat, shape, stride, offset)
+
+
+# Protocol-2 pickles spell some builtin values as calls; these rebuild them without calling anything named.
+
+
+def _ordered_dict(*args: Any, **kwargs: Any) -> dict:
+    """``collections.OrderedDict``: a plain dict (items arrive by SETITEMS, or as one list of pairs)."""
+    if args and isinstance(args[0], (list, tuple, dict)):
+        try:
+            return dict(args[0])
+        except (TypeError, ValueError):
+            return {}
+    return {}
+
+
+def _make_set(items: Any = ()) -> set | list:
+    if not isinstance(items, (list, tuple)):
+        return set()
+    try:
+        return set(items)
+    except TypeError:  # unhashable members: keep them as a list rather than fail the audit
+        return list(items)
+
+
+def _make_frozenset(items: Any = ()) -> frozenset | list:
+    made = _make_set(items)
+    return frozenset(made) if isinstance(made, set) else made
+
+
+def _encode(text: Any = "", encoding: Any = "latin1") -> bytes:
+    """``_codecs.encode(text, "latin1")``: how protocol 2 writes ``bytes``."""
+    if type(text) is not str or encoding not in ("latin1", "latin-1", "iso-8859-1"):
+        raise _Malformed("_codecs.encode used for something other than protocol-2 bytes")
+    try:
+        return text.encode("latin1")
+    except UnicodeEncodeError:
+        raise _Malformed("protocol-2 bytes hold a character above 255") from None
+
+
+def _make_bytearray(data: Any = b"", encoding: Any = None) -> bytearray:
+    if type(data) is bytes and encoding is None:
+        return bytearray(data)
+    if type(data) is str:
+        return bytearray(_encode(data, encoding or "latin1"))
+    raise _Malformed("bytearray rebuilt from something other than bytes")
+
+
+def _rebuild_parameter(data: Any, *args: Any) -> Any:
+    return data
+
+
+# Rewards computed with numpy (np.mean, np.float64) are pickled as numpy scalars: decode the numeric ones.
+_NUMPY_NUMERIC_CODES = frozenset({"b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"})
+
+
+class _NumpyDType:
+    """What ``numpy.dtype("f8", ...)`` becomes: a numeric type code and byte order, no numpy object."""
+
+    __slots__ = ("byteorder", "code")
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        self.byteorder = "<"
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">"):
+            self.byteorder = state[1]
+
+
+def _numpy_dtype(code: Any = None, *args: Any) -> Any:
+    if type(code) is str and code in _NUMPY_NUMERIC_CODES:
+        return _NumpyDType(code)
+    return Placeholder()  # object, string or structured dtypes: only arrays use them, and arrays are placeholders
+
+
+def _numpy_scalar(dtype: Any = None, data: Any = None, *args: Any) -> Any:
+    """``numpy.core.multiarray.scalar(dtype, raw bytes)``: the Python number it holds."""
+    if not isinstance(dtype, _NumpyDType) or type(data) is not bytes:
+        return Placeholder()
+    import numpy as np
+
+    kind = np.dtype(dtype.byteorder + dtype.code)
+    if len(data) != kind.itemsize:
+        raise _Malformed(f"a numpy {dtype.code} scalar stored in {len(data)} bytes")
+    return np.frombuffer(data, dtype=kind)[0].item()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The unpickler.
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """The C unpickler with ``find_class`` and ``persistent_load`` replaced; C speed is kept."""
+
+    def __init__(self, file: Any, archive: TorchArchive, lazy_tensors: bool) -> None:
+        super().__init__(file, encoding="utf-8", errors="replace")
+        self._archive = archive
+        self._lazy = lazy_tensors
+        self._storages: dict[str, _Storage] = {}
+        self._placeholders: dict[str, type[Placeholder]] = {}
+        self.unknown_globals: list[str] = []
+        self.unknown_overflow = 0
+        self._allowed: dict[str, Any] = {
+            "torch._utils._rebuild_tensor_v2": self._rebuild_tensor_v2,
+            "torch._utils._rebuild_tensor": self._rebuild_tensor,
+            "torch._utils._rebuild_parameter": _rebuild_parameter,
+            "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+            "torch._tensor._rebuild_from_type_v2": self._rebuild_from_type_v2,
+            "torch.Tensor": _TENSOR_TYPE,
+            "torch._tensor.Tensor": _TENSOR_TYPE,
+            "torch.nn.parameter.Parameter": _TENSOR_TYPE,
+            "collections.OrderedDict": _ordered_dict,
+            "builtins.set": _make_set,
+            "builtins.frozenset": _make_frozenset,
+            "builtins.bytearray": _make_bytearray,
+            "_codecs.encode": _encode,
+            "numpy.dtype": _numpy_dtype,
+            "numpy.core.multiarray.scalar": _numpy_scalar,
+            "numpy._core.multiarray.scalar": _numpy_scalar,
+        }
+
+    def release(self) -> None:
+        """Drop the memo and the bound rebuild methods: they form a cycle that would keep every object
+        of the pickle alive until the cyclic garbage collector runs, so memory would grow file after file."""
+        self.memo.clear()
+        self._allowed.clear()
+        self._storages.clear()
+
+    def find_class(self, module: str, name: str) -> Any:
+        module = _MODULE_ALIASES.get(module, module)
+        full_name = f"{module}.{name}"
+        allowed = self._allowed.get(full_name)
+        if allowed is not None:
+            return allowed
+        if module == "torch" and name in _STORAGE_TYPES:
+            return _STORAGE_TYPES[name]
+        return self._placeholder(full_name)
+
+    def _placeholder(self, full_name: str) -> type[Placeholder]:
+        known = self._placeholders.get(full_name)
+        if known is not None:
+            return known
+        if len(self._placeholders) >= _MAX_PLACEHOLDER_CLASSES:
+            self.unknown_overflow += 1
+            return Placeholder
+        printable = _printable(full_name)
+        made = type("Placeholder", (Placeholder,), {"__slots__": (), "global_name": printable})
+        self._placeholders[full_name] = made
+        self.unknown_globals.append(printable)
+        return made
+
+    def persistent_load(self, pid: Any) -> Any:
+        if type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage":
+            raise _Malformed("a persistent id that is not one of torch's storages")
+        _, kind, key, _location, numel = pid
+        if type(key) is not str or not key.isalnum() or len(key) > 64:
+            raise _Malformed("a storage key that is not a short alphanumeric name")
+        if type(numel) is not int or not 0 <= numel <= _MAX_INDEX:
+            raise _Malformed(f"storage {key} has a size that is not a non-negative int")
+        if isinstance(kind, type) and issubclass(kind, Placeholder):
+            return kind()  # a storage type rollaudit does not know: the tensor becomes a placeholder
+        if not isinstance(kind, _StorageType):
+            raise _Malformed(f"storage {key} has no storage type")
+        known = self._storages.get(key)
+        if known is not None:
+            if known.kind != kind or known.numel != numel:
+                raise _Malformed(f"storage {key} is described two different ways")
+            return known
+        member = self._archive.storage_member(key)
+        if member.file_size != numel * kind.itemsize:
+            raise _Malformed(
+                f"storage {key} declares {numel} {kind.torch_name} values but its member holds {member.file_size} bytes"
+            )
+        storage = _Storage(key, kind, numel, member)
+        self._storages[key] = storage
+        return storage
+
+    def _tensor(self, storage: Any, offset: Any, size: Any, stride: Any) -> Any:
+        if isinstance(storage, Placeholder):
+            return storage
+        if not isinstance(storage, _Storage):
+            raise _Malformed("a tensor rebuilt from something other than a storage")
+        offset, size, stride = _check_view(storage, offset, size, stride)
+        if self._lazy:
+            return StoredTensor(self._archive, storage, offset, size, stride)
+        return _torch_view(self._archive.storage_bytes(storage), storage, offset, size, stride)
+
+    def _rebuild_tensor_v2(
+        self, storage: Any = None, offset: Any = 0, size: Any = (), stride: Any = (), *_ignored: Any
+    ) -> Any:
+        # requires_grad, backward hooks and metadata are training-time state: irrelevant to an audit.
+        return self._tensor(storage, offset, size, stride)
+
+    def _rebuild_tensor(self, storage: Any = None, offset: Any = 0, size: Any = (), stride: Any = ()) -> Any:
+        return self._tensor(storage, offset, size, stride)
+
+    def _rebuild_from_type_v2(
+        self, function: Any = None, new_type: Any = None, args: Any = (), state: Any = None
+    ) -> Any:
+        if function not in (self._rebuild_tensor_v2, self._rebuild_tensor) or not isinstance(args, tuple):
+            return Placeholder()
+        return function(*args)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The opcode scan: what the C unpickler would allocate, bounded before it runs.
+#
+# CPython's C unpickler (before 3.15) sizes its memo table from the index of a PUT or LONG_BINPUT
+# opcode and zero-fills it: five hostile bytes ask for up to 64 GB. Counted opcodes (BINBYTES8,
+# BINUNICODE8, ...) preallocate their declared length. One linear pass over the opcodes refuses
+# both before unpickling: memo indexes must not run ahead of the data (picklers number them 0, 1,
+# 2, ... so an index never exceeds the byte offset) and counted lengths must fit in what is left.
+# Runs of fixed-size opcodes (the bulk of a dump: token ids and log-probs) are skipped by one
+# possessive regular expression in C; only strings, memo stores and text opcodes reach Python.
+
+
+def _scanner() -> tuple[re.Pattern[bytes], dict[int, tuple[str, str]]]:
+    import pickletools
+
+    fixed: dict[int, list[int]] = {}
+    slow: dict[int, tuple[str, str]] = {}
+    for opcode in pickletools.opcodes:
+        code = opcode.code.encode("latin1")[0]
+        size = 0 if opcode.arg is None else opcode.arg.n
+        if opcode.name in ("STOP", "PUT", "LONG_BINPUT", "FRAME") or size < 0:
+            slow[code] = (opcode.name, "" if opcode.arg is None else opcode.arg.name)
+        else:
+            fixed.setdefault(size, []).append(code)
+    # Most frequent first: BININT (4-byte arg), BINFLOAT (8), BININT2 (2), BININT1 (1), then no-argument opcodes.
+    order = sorted(fixed, key=lambda size: (size == 0, -size if size in (4, 8) else 0, -size))
+    alternatives = [
+        b"[" + b"".join(re.escape(bytes([code])) for code in sorted(fixed[size])) + b"]" + b"." * size for size in order
+    ]
+    return re.compile(b"(?:" + b"|".join(alternatives) + b")*+", re.DOTALL), slow
+
+
+_FAST_RUN, _SLOW_OPCODES = _scanner()
+_COUNT_FORMATS = {
+    "long1": "<B",
+    "string1": "<B",
+    "bytes1": "<B",
+    "unicodestring1": "<B",
+    "long4": "<i",
+    "string4": "<i",
+    "bytes4": "<I",
+    "unicodestring4": "<I",
+    "bytes8": "<Q",
+    "unicodestring8": "<Q",
+    "bytearray8": "<Q",
+}
+
+
+def check_opcodes(data: bytes | bytearray) -> None:
+    """Refuse a pickle whose opcodes would make the C unpickler allocate more than the data justifies."""
+    end = len(data)
+    position = 0
+    while True:
+        position = _FAST_RUN.match(data, position).end()
+        if position >= end:
+            raise _Malformed("the pickle ends without a STOP opcode (truncated?)")
+        code = data[position]
+        kind = _SLOW_OPCODES.get(code)
+        if kind is None:
+            raise _Malformed(f"invalid pickle opcode {bytes([code])!r} at byte {position}")
+        name, argument = kind
+        if name == "STOP":
+            return
+        if name in ("LONG_BINPUT", "FRAME"):
+            width = 4 if name == "LONG_BINPUT" else 8
+            if position + 1 + width > end:
+                raise _Malformed("the pickle is truncated")
+            value = int.from_bytes(data[position + 1 : position + 1 + width], "little")
+            limit = position if name == "LONG_BINPUT" else end - position
+            if value > limit:
+                raise _Malformed(f"{name} argument {value} at byte {position} is larger than the data justifies")
+            position += 1 + width
+            continue
+        count_format = _COUNT_FORMATS.get(argument)
+        if count_format is not None:
+            width = struct.calcsize(count_format)
+            if position + 1 + width > end:
+                raise _Malformed("the pickle is truncated")
+            count = struct.unpack_from(count_format, data, position + 1)[0]
+            position += 1 + width + count
+            if count < 0 or position > end:
+                raise _Malformed(f"{name} at byte {position} declares more bytes than the pickle holds")
+            continue
+        # Text opcodes: one line (two for GLOBAL and INST).
+        line_end = data.find(b"\n", position + 1)
+        if line_end < 0:
+            raise _Malformed("the pickle is truncated inside a text opcode")
+        if name == "PUT":
+            text = bytes(data[position + 1 : line_end]).strip()
+            if not text.isdigit() or len(text) > 19 or int(text) > position:
+                raise _Malformed(f"PUT argument at byte {position} is larger than the data justifies")
+        if argument == "stringnl_noescape_pair":
+            line_end = data.find(b"\n", line_end + 1)
+            if line_end < 0:
+                raise _Malformed("the pickle is truncated inside a text opcode")
+        position = line_end + 1
+
+
+class _WholeBuffer:
+    """Pickle bytes already in memory, as a file the C unpickler reads at C speed.
+
+    ``peek`` hands over everything that is left, which the unpickler adopts as its
+    input buffer: no Python call per opcode and no copy.
+    """
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self._view = memoryview(data)
+        self._position = 0
+
+    def peek(self, size: int = 0) -> memoryview:
+        return self._view[self._position :]
+
+    def read(self, size: int = -1) -> memoryview:
+        stop = len(self._view) if size is None or size < 0 else min(len(self._view), self._position + size)
+        chunk = self._view[self._position : stop]
+        self._position = stop
+        return chunk
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self.read(len(buffer))
+        memoryview(buffer)[: len(chunk)] = chunk
+        return len(chunk)
+
+    def readline(self) -> bytes:
+        rest = self._view[self._position :]
+        newline = bytes(rest[: 1 << 16]).find(b"\n")
+        stop = len(rest) if newline < 0 else newline + 1
+        self._position += stop
+        return bytes(rest[:stop])
+
+    def close(self) -> None:
+        # The unpickler may still hold a view of the data until it is freed; the bytes go with the last reference.
+        self._position = len(self._view)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The zip.
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    text = _printable(text, 160)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class TorchArchive:
+    """One ``torch.save`` zip file, opened for safe reading. Use as a context manager.
+
+    >>> with TorchArchive("sample_dumps/uniform.pt") as archive:   # doctest: +SKIP
+    ...     value = archive.unpickle()
+    """
+
+    def __init__(self, path: str | os.PathLike, *, max_pickle_bytes: int = MAX_PICKLE_BYTES) -> None:
+        self.path = os.fspath(path)
+        self.unknown_globals: list[str] = []
+        self.unknown_overflow = 0
+        self._max_pickle_bytes = max_pickle_bytes
+        self._storage_cache: dict[str, bytearray] = {}
+        self._storage_bytes_read = 0
+        self._file: Any = None
+        self._zip: zipfile.ZipFile | None = None
+        try:
+            self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+            self.size = os.fstat(self._file.fileno()).st_size
+            self._open_zip()
+        except InputError:
+            self.close()
+            raise
+        except OSError as error:
+            self.close()
+            raise InputError(f"cannot read: {_short(error)}", file=self.path) from None
+
+    def _error(self, message: str, **where: Any) -> InputError:
+        return InputError(message, file=self.path, **where)
+
+    def _open_zip(self) -> None:
+        head = self._file.read(4)
+        self._file.seek(0)
+        if not head.startswith(_ZIP_MAGIC):
+            if head.startswith(_PICKLE_PROTOCOL_OPCODE):
+                raise self._error(
+                    "a legacy (pre-1.6, non-zip) torch file", expected="torch.save's zip format; re-save it with torch"
+                )
+            raise self._error("not a zip file", expected="a torch.save file (a zip holding data.pkl)")
+        try:
+            self._zip = zipfile.ZipFile(self._file)
+            members = self._zip.infolist()
+        except Exception as error:  # zipfile raises many types on damaged input
+            raise self._error(
+                f"truncated or damaged zip ({_short(error)})", expected="a complete torch.save file"
+            ) from None
+        pickles = [info for info in members if info.filename.endswith("/data.pkl") and info.filename.count("/") == 1]
+        if not pickles:
+            raise self._error("zip without a data.pkl member", expected="a torch.save file (<archive>/data.pkl)")
+        if len(pickles) > 1:
+            raise self._error("zip with several data.pkl members", expected="one torch.save archive")
+        self.pickle_member = pickles[0]
+        self.prefix = self.pickle_member.filename[: -len("/data.pkl")]
+        if self.pickle_member.file_size > self._max_pickle_bytes:
+            raise self._error(
+                f"data.pkl declares {self.pickle_member.file_size} bytes",
+                expected=f"at most {self._max_pickle_bytes} bytes",
+            )
+        self.big_endian = self._read_byteorder()
+
+    def _read_byteorder(self) -> bool:
+        try:
+            member = self._zip.getinfo(f"{self.prefix}/byteorder")
+        except KeyError:
+            return False  # files from before torch wrote a byteorder record are little-endian
+        if member.file_size > 16:
+            raise self._error("byteorder record is too long", expected="'little' or 'big'")
+        order = bytes(self._read_member(member, count_as_storage=False)).strip()
+        if order not in (b"little", b"big"):
+            raise self._error(f"byteorder record says {_printable(repr(order))}", expected="'little' or 'big'")
+        return order == b"big"
+
+    def _check_member(self, member: zipfile.ZipInfo) -> None:
+        name = _printable(member.filename)
+        if member.flag_bits & _ENCRYPTED_FLAG:
+            raise self._error(f"zip member {name} is encrypted")
+        if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise self._error(
+                f"zip member {name} uses compression method {member.compress_type}", expected="stored (as torch writes)"
+            )
+        if member.header_offset + _LOCAL_HEADER.size + member.compress_size > self.size:
+            raise self._error(f"zip member {name} runs past the end of the file", expected="a complete file")
+        if member.compress_type == zipfile.ZIP_STORED and member.file_size != member.compress_size:
+            raise self._error(
+                f"stored zip member {name} declares {member.file_size} bytes but stores {member.compress_size}"
+            )
+        if member.file_size > _MAX_DEFLATE_RATIO * max(member.compress_size, 1):
+            raise self._error(f"zip member {name} declares an impossible size of {member.file_size} bytes")
+
+    def _data_start(self, member: zipfile.ZipInfo) -> int:
+        """Where a stored member's bytes begin: after its local header, whose name must match the directory."""
+        self._file.seek(member.header_offset)
+        header = self._file.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size:
+            raise self._error(f"zip member {_printable(member.filename)} has a truncated header")
+        fields = _LOCAL_HEADER.unpack(header)
+        signature, flags, name_length, extra_length = fields[0], fields[3], fields[10], fields[11]
+        if signature != _LOCAL_HEADER_SIGNATURE:
+            raise self._error(f"zip member {_printable(member.filename)} has no local header")
+        name = self._file.read(name_length).decode("utf-8" if flags & _UTF8_NAME_FLAG else "cp437", "replace")
+        if name != member.orig_filename:
+            raise self._error(f"zip member {_printable(member.filename)} has a different name in its local header")
+        start = member.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+        if start + member.compress_size > self.size:
+            raise self._error(f"zip member {_printable(member.filename)} runs past the end of the file")
+        return start
+
+    def _read_member(self, member: zipfile.ZipInfo, *, count_as_storage: bool) -> bytearray:
+        self._check_member(member)
+        if count_as_storage:
+            # Legitimate storages are disjoint members: together they fit in the file. Overlapping
+            # members named by many keys would otherwise read the same bytes again and again.
+            self._storage_bytes_read += member.compress_size
+            if self._storage_bytes_read > self.size:
+                raise self._error("tensor storages add up to more bytes than the file holds")
+        try:
+            if member.compress_type == zipfile.ZIP_STORED:
+                buffer = bytearray(member.file_size)
+                self._file.seek(self._data_start(member))
+                view = memoryview(buffer)
+                filled = 0
+                while filled < member.file_size:
+                    count = self._file.readinto(view[filled:])
+                    if not count:
+                        raise self._error(f"zip member {_printable(member.filename)} is truncated")
+                    filled += count
+                return buffer
+            with self._zip.open(member) as opened:
+                data = opened.read()
+            if len(data) != member.file_size:
+                raise self._error(f"zip member {_printable(member.filename)} does not inflate to its declared size")
+            return bytearray(data)
+        except InputError:
+            raise
+        except Exception as error:
+            raise self._error(f"cannot read zip member {_printable(member.filename)} ({_short(error)})") from None
+
+    def storage_member(self, key: str) -> zipfile.ZipInfo:
+        """The zip member of storage ``key`` (``<archive>/data/<key>``), checked."""
+        try:
+            member = self._zip.getinfo(f"{self.prefix}/data/{key}")
+        except KeyError:
+            raise self._error(f"the pickle names storage {key} but the zip has no member data/{key}") from None
+        self._check_member(member)
+        return member
+
+    def storage_bytes(self, storage: _Storage) -> bytearray:
+        """The bytes of a storage, little-endian, read once per file."""
+        if self._zip is None:
+            raise self._error("the archive is closed; read tensors inside its 'with' block")
+        cached = self._storage_cache.get(storage.key)
+        if cached is not None:
+            return cached
+        buffer = self._read_member(storage.member, count_as_storage=True)
+        if len(buffer) != storage.member.file_size:
+            raise self._error(f"storage {storage.key} does not hold the size its zip entry declares")
+        if self.big_endian and storage.kind.itemsize > 1:
+            buffer = _swap_bytes(buffer, storage.kind.itemsize)
+        self._storage_cache[storage.key] = buffer
+        return buffer
+
+    def unpickle(self, *, lazy_tensors: bool = False, warn: bool = True) -> Any:
+        """The object ``torch.save`` wrote, rebuilt without running anything the file names.
+
+        Unknown globals become placeholders, listed in ``unknown_globals`` and, with
+        ``warn``, in one :class:`~rollaudit.RollauditWarning` line for the file.
+        """
+        if self._zip is None:
+            raise self._error("the archive is closed")
+        data = self._read_member(self.pickle_member, count_as_storage=False)
+        stream = _WholeBuffer(data)
+        unpickler = _RestrictedUnpickler(stream, self, lazy_tensors)
+        try:
+            check_opcodes(data)
+            value = unpickler.load()
+        except InputError:
+            raise
+        except Exception as error:  # the C unpickler raises many types on damaged or hostile input
+            raise self._error(
+                f"cannot unpickle data.pkl ({_short(error)})", expected="a pickle written by torch.save"
+            ) from None
+        finally:
+            stream.close()
+            unpickler.release()
+        self.unknown_globals = unpickler.unknown_globals
+        self.unknown_overflow = unpickler.unknown_overflow
+        if warn and (self.unknown_globals or self.unknown_overflow):
+            message = describe_unknown(self.unknown_globals, self.unknown_overflow)
+            warnings.warn(f"{self.path}: {message}", RollauditWarning, stacklevel=2)
+        return value
+
+    def close(self) -> None:
+        self._storage_cache.clear()
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> TorchArchive:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def _swap_bytes(buffer: bytearray, itemsize: int) -> bytearray:
+    """Big-endian storage bytes to little-endian (the byte order every supported host uses)."""
+    import numpy as np
+
+    values = np.frombuffer(buffer, dtype=np.uint8).reshape(-1, itemsize)[:, ::-1]
+    return bytearray(values.tobytes())
+
+
+def is_torch_zip(path: str | os.PathLike) -> bool:
+    """True for a zip holding one ``<archive>/data.pkl``: the ``torch.save`` layout (reads only the directory)."""
+    try:
+        with open(path, "rb") as file:
+            if not file.read(4).startswith(_ZIP_MAGIC):
+                return False
+            file.seek(0)
+            with zipfile.ZipFile(file) as archive:
+                return any(name.endswith("/data.pkl") and name.count("/") == 1 for name in archive.namelist())
+    except Exception:  # a damaged zip is simply not detected here; the reader reports it
+        return False
+
+
+def load_torch_file(path: str | os.PathLike, *, max_pickle_bytes: int = MAX_PICKLE_BYTES, warn: bool = True) -> Any:
+    """What ``torch.load(path)`` would give, tensors included, without running code named by the file.
+
+    Unknown classes come back as :class:`Placeholder` instances (one warning
+    line per file). Any damaged, truncated or hostile file raises
+    :class:`~rollaudit.InputError`.
+    """
+    with TorchArchive(path, max_pickle_bytes=max_pickle_bytes) as archive:
+        return archive.unpickle(lazy_tensors=False, warn=warn)
