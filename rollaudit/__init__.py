@@ -42,6 +42,14 @@ _EXPORTS = {
     "UsageError": "._errors",
     "GateFailed": "._errors",
     "RollauditWarning": "._errors",
+    "GateConfig": "._gate",
+    "GateResult": "._gate",
+    "gate_config": "._gate",
+    "load_gate_config": "._gate",
+    "run_gate": "._gate",
+    "write_baseline": "._gate",
+    "read_baseline": "._gate",
+    "fit_presets": "._detect",
 }
 
 __all__ = [
@@ -50,7 +58,9 @@ __all__ = [
     "METRICS",
     "PRESETS",
     "SCHEMA_VERSION",
+    "GateConfig",
     "GateFailed",
+    "GateResult",
     "InputError",
     "Report",
     "RollauditError",
@@ -60,17 +70,25 @@ __all__ = [
     "UsageError",
     "__version__",
     "audit",
+    "fit_presets",
+    "gate_config",
     "get_scheme",
     "load",
+    "load_gate_config",
     "make_table",
+    "read_baseline",
     "recompute",
+    "run_gate",
     "split_schemes",
     "validate_table",
+    "write_baseline",
 ]
 
 if TYPE_CHECKING:
     from ._api import DEFAULT_SCHEMES, audit, recompute
+    from ._detect import fit_presets
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
+    from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
     from ._load import load
     from ._metrics import METRICS
     from ._report import SCHEMA_VERSION, Report
