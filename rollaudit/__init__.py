@@ -50,11 +50,16 @@ _EXPORTS = {
     "write_baseline": "._gate",
     "read_baseline": "._gate",
     "fit_presets": "._detect",
+    "expand_paths": "._load",
+    "detect_format": "._load",
+    "FORMATS": "._load",
+    "describe": "._inspect",
 }
 
 __all__ = [
     "CANONICAL_COLUMNS",
     "DEFAULT_SCHEMES",
+    "FORMATS",
     "METRICS",
     "PRESETS",
     "SCHEMA_VERSION",
@@ -70,6 +75,9 @@ __all__ = [
     "UsageError",
     "__version__",
     "audit",
+    "describe",
+    "detect_format",
+    "expand_paths",
     "fit_presets",
     "gate_config",
     "get_scheme",
@@ -89,7 +97,8 @@ if TYPE_CHECKING:
     from ._detect import fit_presets
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
     from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
-    from ._load import load
+    from ._inspect import describe
+    from ._load import FORMATS, detect_format, expand_paths, load
     from ._metrics import METRICS
     from ._report import SCHEMA_VERSION, Report
     from ._schemes import PRESETS, Scheme, get_scheme, split_schemes

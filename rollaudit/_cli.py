@@ -1,0 +1,579 @@
+"""The ``rollaudit`` command: compare, inspect, convert.
+
+Every command parses options, calls the library (load -> audit -> Report)
+and hands the result to a renderer; no numbers are made here. The library is
+imported inside the command bodies so that ``rollaudit --help`` loads
+neither torch, pandas nor matplotlib.
+
+Errors are mapped to exit codes in one place, :meth:`RollauditGroup.main`:
+a :class:`~rollaudit.RollauditError` prints ``error: <one line>`` and exits
+with its ``exit_code`` (2 for bad input or usage, 1 for a failed gate); a
+click usage error (bad or missing option) prints one line and exits 2.
+Anything else escaping a command is a bug and surfaces with its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click; older ones use click itself.
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+from ._errors import RollauditError, RollauditWarning, UsageError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from rich.console import Console
+
+# Loads of at least this many files, or this many bytes, get a progress bar (on a terminal).
+PROGRESS_MIN_FILES = 2
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(
+    message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A RollauditWarning is one line on stderr; other warnings keep Python's format."""
+    if issubclass(category, RollauditWarning):
+        typer.echo(f"warning: {_one_line(message)}", err=True)
+    else:
+        typer.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), err=True)
+
+
+# click >= 8.2 raises this for a bare ``rollaudit``; older versions print the help themselves (never raised).
+_NO_ARGS_IS_HELP: type[Exception] = getattr(click_exceptions, "NoArgsIsHelpError", None) or type(
+    "_NeverRaised", (Exception,), {}
+)
+
+
+class RollauditGroup(TyperGroup):
+    """The command group; its ``main`` is the one place where exceptions become exit codes."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        with warnings.catch_warnings():
+            # "always": the same warning in a second run of the same process (tests, notebooks) still shows.
+            warnings.simplefilter("always", RollauditWarning)
+            warnings.showwarning = _show_warning
+            code = self._exit_code(
+                lambda: super(RollauditGroup, self).main(
+                    args=args,
+                    prog_name=prog_name or "rollaudit",
+                    complete_var=complete_var,
+                    standalone_mode=False,
+                    **extra,
+                )
+            )
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    @staticmethod
+    def _exit_code(run: Callable[[], Any]) -> int:
+        try:
+            result = run()
+        except RollauditError as error:
+            typer.echo(f"error: {error.line()}", err=True)
+            return error.exit_code
+        except _NO_ARGS_IS_HELP as error:
+            # ``rollaudit`` alone asks for help: not a mistake. The message is the help text (rich help,
+            # were it switched on, would have printed itself already and left the message empty).
+            if error.format_message().strip():
+                typer.echo(error.format_message())
+            return 0
+        except BrokenPipeError:
+            # stdout closed early (``rollaudit compare ... | head``): stop quietly, and keep Python's
+            # final flush from failing on the same pipe.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except click_exceptions.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            # typer words a bad choice through pydantic ("Value error, 'gpu' is not one of ..."): drop the prefix.
+            message = _one_line(error.format_message()).replace("Value error, ", "")
+            typer.echo(f"error: {message}{hint}", err=True)
+            return error.exit_code
+        except click_exceptions.ClickException as error:
+            typer.echo(f"error: {_one_line(error.format_message())}", err=True)
+            return error.exit_code
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            return 1
+        return result if isinstance(result, int) else 0
+
+
+app = typer.Typer(
+    name="rollaudit",
+    cls=RollauditGroup,
+    help="Audit the advantages of RL-for-LLM rollout dumps: batch-wide vs per-prompt vs trajectory-level GRPO.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Options every command that reads dumps shares (``gate`` reuses them too).
+
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="DUMP",
+        help="Dump files, directories (a slime --dump-details directory pairs rollout and train dumps) or globs.",
+        show_default=False,
+    ),
+]
+RewardKey = Annotated[
+    str | None,
+    typer.Option(
+        "--reward-key",
+        metavar="KEY",
+        help="Key of the trained-on reward when rewards are dicts (slime's --reward-key).",
+    ),
+]
+SamplesPerPrompt = Annotated[
+    int | None,
+    typer.Option(
+        "--n-samples-per-prompt",
+        min=1,
+        metavar="N",
+        help="Samples per prompt, to group dumps that have no prompt keys (slime's --n-samples-per-prompt).",
+    ),
+]
+InputFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        metavar="NAME",
+        help="Dump format to read (e.g. slime); detected from each file's content by default.",
+    ),
+]
+Schemes = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--schemes",
+        "-s",
+        metavar="SCHEMES",
+        help=(
+            "Comma-separated scheme strings, e.g. 'batch,prompt(scale=none),slime-legacy(n=8)'; commas inside "
+            "parentheses belong to the scheme; may be repeated."
+        ),
+        show_default=False,
+    ),
+]
+Reference = Annotated[
+    str, typer.Option("--reference", "-r", metavar="SCHEME", help="The scheme every other is measured against.")
+]
+DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no status messages on stderr.")]
+
+
+@dataclass
+class Loaded:
+    """A loaded table and what the load was: the ``load`` object of ``--json`` and the report header."""
+
+    table: pa.Table
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def _progress(files: list[Path], sizes: list[int], quiet: bool, console: Console | None = None) -> Iterator[Any]:
+    """An ``on_file`` callback for ``rollaudit.load``, drawing a progress bar on stderr for big loads."""
+    console = console or _stderr_console()
+    total = sum(sizes)
+    big = len(files) >= PROGRESS_MIN_FILES or total >= PROGRESS_MIN_BYTES
+    if quiet or not big or not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("loading"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[completed_files]}/{task.fields[total_files]} files", markup=False),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}", markup=False),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(files[0].name, total=total, completed_files=0, total_files=len(files))
+        done = {"files": 0}
+
+        def on_file(path: str, n_bytes: int) -> None:
+            done["files"] += 1
+            progress.update(task, advance=n_bytes, description=Path(path).name, completed_files=done["files"])
+
+        yield on_file
+
+
+def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **load_options: Any) -> Loaded:
+    """Expand the inputs, load them (with a progress bar when big) and say what was loaded.
+
+    ``format`` and ``load_options`` (``reward_key``, ``n_samples_per_prompt``, ...) go to ``rollaudit.load``
+    as they are, so a new load option is a new CLI option and nothing else.
+    """
+    import rollaudit
+
+    files = rollaudit.expand_paths(inputs)
+    sizes = [path.stat().st_size for path in files]
+    formats = sorted({format or rollaudit.detect_format(path) for path in files})
+    started = time.perf_counter()
+    with _progress(files, sizes, quiet) as on_file:
+        table = rollaudit.load(files, format=format, on_file=on_file, **load_options)
+    seconds = time.perf_counter() - started
+    return Loaded(
+        table=table,
+        summary={
+            "format": "+".join(formats),
+            "files": [str(path) for path in files],
+            "bytes": sum(sizes),
+            "seconds": round(seconds, 4),
+        },
+    )
+
+
+def scheme_strings(values: list[str] | None, default: tuple[str, ...] | list[str]) -> list[str]:
+    """``--schemes`` values (each comma-separated, repeatable) as scheme strings, each checked before any load."""
+    import rollaudit
+
+    if not values:
+        return list(default)
+    names: list[str] = []
+    for value in values:
+        names.extend(rollaudit.split_schemes(value))
+    if not names:
+        raise UsageError("--schemes is empty", expected="scheme strings, e.g. batch,prompt")
+    for name in names:
+        rollaudit.get_scheme(name)
+    return names
+
+
+def _check_plot_directory(directory: Path) -> Path:
+    """A directory to write PNGs into: an existing writable one, or one that can be made. Checked up front."""
+    from ._output import check_writable
+
+    if directory.exists() and not directory.is_dir():
+        raise UsageError("is not a directory", file=str(directory), expected="a directory for the PNGs")
+    if directory.is_dir():
+        check_writable(directory / "group_sizes.png")
+    else:
+        check_writable(directory)
+    return directory
+
+
+def _echo_status(message: str, quiet: bool) -> None:
+    if not quiet:
+        typer.echo(message, err=True)
+
+
+def _write_text(text: str, output: Path | None, quiet: bool) -> None:
+    """Text to stdout, or atomically to ``output``."""
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    from ._output import write_atomic
+
+    write_atomic(output, text)
+    _echo_status(f"wrote {output}", quiet)
+
+
+def _terminal_text(renderable: Any, width: int = 100) -> str:
+    """A rich renderable as plain text (for ``-o`` without --json/--markdown)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    buffer = StringIO()
+    Console(file=buffer, width=width, color_system=None, highlight=False, force_terminal=False).print(renderable)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare
+
+
+@app.command()
+def compare(
+    inputs: Inputs,
+    schemes: Schemes = None,
+    reference: Reference = "prompt",
+    reward_key: RewardKey = None,
+    n_samples_per_prompt: SamplesPerPrompt = None,
+    input_format: InputFormat = None,
+    device: DeviceOption = Device.auto,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One versioned JSON document on stdout (schema: README).")
+    ] = False,
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown report, for a pull request.")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Write the report to this file (atomically) instead of stdout."
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", metavar="DIR", help="Write PNGs into this directory: group sizes, advantage scatter, per step."
+        ),
+    ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=0, metavar="N", help="How many prompts each prompt table shows.")
+    ] = 5,
+    quiet: Quiet = False,
+) -> None:
+    """Recompute advantages under several schemes and show how far each is from the reference.
+
+    Default schemes: batch,prompt,trajectory; reference: prompt.
+    """
+    if as_json and as_markdown:
+        raise UsageError("--json and --markdown exclude each other", expected="one output format")
+    from ._output import check_writable
+
+    output_path = check_writable(output) if output is not None else None
+    plot_directory = _check_plot_directory(plot) if plot is not None else None
+    import rollaudit
+
+    names = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
+    rollaudit.get_scheme(reference)
+    loaded = load_inputs(
+        inputs,
+        quiet=quiet,
+        format=input_format,
+        reward_key=reward_key,
+        n_samples_per_prompt=n_samples_per_prompt,
+    )
+    report = rollaudit.audit(loaded.table, schemes=names, reference=reference, device=device.value)
+
+    if as_json:
+        document = {**report.to_dict(), "load": loaded.summary}
+        _write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", output_path, quiet)
+    elif as_markdown:
+        from ._render import render_markdown
+
+        _write_text(render_markdown(report, loaded.summary, top=top), output_path, quiet)
+    else:
+        from ._render import render_compare
+
+        renderable = render_compare(report, loaded.summary, top=top)
+        if output_path is None:
+            from rich.console import Console
+
+            Console(highlight=False).print(renderable)
+        else:
+            _write_text(_terminal_text(renderable), output_path, quiet)
+
+    if plot_directory is not None:
+        from ._plots import write_plots
+
+        advantages = rollaudit.recompute(loaded.table, report.schemes, device=device.value)
+        columns = {name: advantages.column(name).to_numpy() for name in advantages.column_names}
+        for path in write_plots(report, columns, plot_directory):
+            _echo_status(f"wrote {path}", quiet)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inspect
+
+
+@app.command()
+def inspect(
+    inputs: Inputs,
+    reward_key: RewardKey = None,
+    n_samples_per_prompt: SamplesPerPrompt = None,
+    input_format: InputFormat = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """What a dump holds (format, steps, counts, fields, reward type, key coverage), without recomputing."""
+    loaded = load_inputs(
+        inputs,
+        quiet=quiet,
+        format=input_format,
+        reward_key=reward_key,
+        n_samples_per_prompt=n_samples_per_prompt,
+    )
+    from rollaudit import describe
+
+    description = describe(loaded.table)
+    if as_json:
+        from ._report import SCHEMA_VERSION, json_value
+
+        document = {"schema_version": SCHEMA_VERSION, **json_value(description), "load": loaded.summary}
+        typer.echo(json.dumps(document, indent=2, allow_nan=False))
+        return
+    from rich.console import Console
+
+    from ._render import render_inspect
+
+    Console(highlight=False).print(render_inspect(description, loaded.summary))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# convert
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path)
+
+
+def _write_feather(table: pa.Table, path: Path) -> None:
+    import pyarrow.feather as feather
+
+    feather.write_feather(table, path)
+
+
+def _write_arrow(table: pa.Table, path: Path) -> None:
+    # Uncompressed IPC: readable by every Arrow implementation, not only those built with lz4.
+    import pyarrow.feather as feather
+
+    feather.write_feather(table, path, compression="uncompressed")
+
+
+def _write_csv(table: pa.Table, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as csv
+
+    try:
+        csv.write_csv(table, path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise UsageError(
+            f"cannot write this table as CSV: {_one_line(error)}", expected="a Parquet or Arrow output"
+        ) from None
+
+
+def _json_ready(value: Any) -> Any:
+    """NaN and inf become null: JSON has no such numbers."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(item) for item in value]
+    return value
+
+
+def _write_jsonl(table: pa.Table, path: Path) -> None:
+    with path.open("w", encoding="utf-8") as stream:
+        for batch in table.to_batches(max_chunksize=65_536):
+            for row in batch.to_pylist():
+                stream.write(json.dumps(_json_ready(row), allow_nan=False, default=str) + "\n")
+
+
+TABLE_WRITERS: dict[str, Callable[[Any, Path], None]] = {
+    ".parquet": _write_parquet,
+    ".pq": _write_parquet,
+    ".feather": _write_feather,
+    ".arrow": _write_arrow,
+    ".ipc": _write_arrow,
+    ".csv": _write_csv,
+    ".jsonl": _write_jsonl,
+    ".ndjson": _write_jsonl,
+}
+"""Output extension -> writer of a pyarrow table to a (temporary) path."""
+
+ADVANTAGE_PREFIX = "advantage:"
+
+
+@app.command()
+def convert(
+    inputs: Inputs,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Output file; the extension picks the format: .parquet, .feather/.arrow, .csv, .jsonl.",
+            show_default=False,
+        ),
+    ],
+    schemes: Schemes = None,
+    reward_key: RewardKey = None,
+    n_samples_per_prompt: SamplesPerPrompt = None,
+    input_format: InputFormat = None,
+    device: DeviceOption = Device.auto,
+    quiet: Quiet = False,
+) -> None:
+    """Write the canonical table (plus an advantage:<scheme> column per --schemes entry) to a file."""
+    from ._output import check_writable, write_atomic
+
+    check_writable(output)
+    writer = TABLE_WRITERS.get(output.suffix.lower())
+    if writer is None:
+        extension = repr(output.suffix) if output.suffix else "(none)"
+        raise UsageError(
+            f"unknown output extension {extension}",
+            file=str(output),
+            expected=f"one of {', '.join(TABLE_WRITERS)}",
+        )
+    names = scheme_strings(schemes, []) if schemes else []
+    loaded = load_inputs(
+        inputs,
+        quiet=quiet,
+        format=input_format,
+        reward_key=reward_key,
+        n_samples_per_prompt=n_samples_per_prompt,
+    )
+    table = loaded.table
+    if names:
+        import rollaudit
+
+        advantages = rollaudit.recompute(table, names, device=device.value)
+        for name in advantages.column_names:
+            column = f"{ADVANTAGE_PREFIX}{name}"
+            if column in table.column_names:
+                raise UsageError(f"the table already has a column {column!r}", expected="a dump without it")
+            table = table.append_column(column, advantages.column(name))
+    write_atomic(output, lambda temporary: writer(table, temporary))
+    _echo_status(f"wrote {output}: {table.num_rows:,} rows, {table.num_columns} columns", quiet)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script ``rollaudit``."""
+    typer.main.get_command(app).main(args=argv, prog_name="rollaudit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

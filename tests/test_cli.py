@@ -1,0 +1,521 @@
+"""The rollaudit command on the bundled sample dumps: every command and output format, numbers checked."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import rollaudit
+from rollaudit._cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_dumps"
+FANOUT = SAMPLES / "fanout"
+FANOUT_FILE = FANOUT / "rollout_data" / "3.pt"
+UNIFORM = SAMPLES / "uniform.pt"
+DUMP_DETAILS = SAMPLES / "dump_details"
+REWARD_KEY = SAMPLES / "reward_key.pt"
+TOL = 1e-6
+EPS = 1e-6
+
+
+def run(*args: object, columns: int = 100):
+    """Invoke the CLI in-process; an unexpected exception propagates (it is a bug)."""
+    runner = CliRunner(env={"COLUMNS": str(columns)})
+    return runner.invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+
+
+def assert_one_line_error(result, code: int = 2) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# An independent recomputation of batch and prompt GRPO (plain Python, from the spec), for the fan-out numbers.
+
+
+def _normalized(values: list[float]) -> list[float]:
+    if len(values) == 1:
+        return [0.0]
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values)
+    return [(value - mean) / (std + EPS) for value in values]
+
+
+def _sign(value: float) -> int:
+    return 0 if abs(value) <= TOL else (1 if value > 0 else -1)
+
+
+def independent_batch_vs_prompt(path: Path) -> dict[str, float]:
+    table = rollaudit.load(path)
+    rewards = table.column("reward").to_pylist()
+    prompts = table.column("prompt").to_pylist()
+    assert len(set(table.column("step").to_pylist())) == 1  # one batch
+    batch = _normalized(rewards)
+    prompt = [0.0] * len(rewards)
+    for key in set(prompts):
+        rows = [row for row, value in enumerate(prompts) if value == key]
+        for row, advantage in zip(rows, _normalized([rewards[row] for row in rows]), strict=True):
+            prompt[row] = advantage
+    flips = sum(_sign(b) != _sign(p) for b, p in zip(batch, prompt, strict=True))
+    nonzero_batch = sum(_sign(b) != 0 for b in batch)
+    nonzero_prompt = sum(_sign(p) != 0 for p in prompt)
+    spurious = sum(_sign(b) != 0 and _sign(p) == 0 for b, p in zip(batch, prompt, strict=True))
+    return {
+        "sign_flip_rate": flips / len(rewards),
+        "nonzero": nonzero_batch,
+        "nonzero_reference": nonzero_prompt,
+        "nonzero_inflation": nonzero_batch / nonzero_prompt,
+        "spurious_nonzero": spurious,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare
+
+
+def test_compare_fanout_terminal_shows_header_histograms_metrics_and_worst_prompts():
+    result = run("compare", FANOUT)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    lines = out.splitlines()
+    # header
+    assert str(FANOUT_FILE.relative_to(ROOT)) in lines[0] or str(FANOUT_FILE) in lines[0]
+    assert "slime" in lines[0] and "loaded in" in lines[0]
+    assert lines[1].startswith("step 3 · 88 samples · 8 prompts · 32 trajectories")
+    # histograms: samples per prompt 28 -> one prompt, 8 -> three prompts
+    assert "samples / prompt" in out and "trajectories / prompt" in out and "samples / trajectory" in out
+    histogram_rows = [line.split() for line in lines if line.lstrip().startswith(("28 ", " 8 ", "8 "))]
+    assert any(row[0] == "28" and row[2] == "1" for row in histogram_rows), histogram_rows
+    assert any(row[0] == "8" and row[2] == "3" for row in histogram_rows), histogram_rows
+    # metrics: one row per scheme, batch vs prompt numbers as the independent recomputation gives them
+    expected = independent_batch_vs_prompt(FANOUT_FILE)
+    batch_row = next(line for line in lines if line.startswith("batch "))
+    cells = batch_row.split()
+    assert cells[1] == f"{expected['sign_flip_rate'] * 100:.1f}%"
+    assert cells[4] == str(expected["nonzero"])
+    assert cells[5] == f"{expected['nonzero_inflation']:.2f}×"
+    assert cells[6] == str(expected["spurious_nonzero"])
+    assert any(line.startswith("prompt (ref)") for line in lines)
+    assert any(line.startswith("trajectory ") for line in lines)
+    # worst prompts and prompts with no signal: the all-zero (30), all-one (31) and one-trajectory (29) prompts
+    assert "Worst prompts: 3 of 8 prompts" in out
+    assert "Prompts with no learning signal that got advantages: 3" in out
+    silent_rows = out.split("Prompts with no learning signal")[1].splitlines()
+    assert [row.split()[0] for row in silent_rows if row[:2] in ("29", "30", "31")] == ["30", "31", "29"]
+    # fits a 100-column terminal
+    assert max(len(line) for line in lines) <= 100
+
+
+def test_compare_json_matches_report_and_independent_recomputation():
+    result = run("compare", FANOUT, "--json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)  # stdout holds the document and nothing else
+    assert document["schema_version"] == rollaudit.SCHEMA_VERSION == 1
+    assert document["reference"] == "prompt"
+    assert list(document["summary"]) == ["batch", "prompt", "trajectory"]
+    for scheme in document["summary"].values():
+        assert list(scheme) == list(rollaudit.METRICS)
+    batch = document["summary"]["batch"]
+    expected = independent_batch_vs_prompt(FANOUT_FILE)
+    assert batch["sign_flip_rate"] == pytest.approx(expected["sign_flip_rate"], abs=1e-12)
+    assert batch["nonzero_inflation"] == pytest.approx(expected["nonzero_inflation"], abs=1e-12)
+    assert batch["nonzero_inflation"] > 1
+    assert batch["sign_flip_rate"] > 0
+    assert batch["nonzero"] == expected["nonzero"] and isinstance(batch["nonzero"], int)
+    assert batch["spurious_nonzero"] == expected["spurious_nonzero"]
+    # the same numbers as Report.to_dict()
+    report = rollaudit.audit(rollaudit.load(FANOUT), device="cpu").to_dict()
+    assert document["summary"] == report["summary"]
+    assert document["per_step"] == report["per_step"]
+    assert document["histograms"] == report["histograms"]
+    assert document["worst_prompts"] == report["worst_prompts"]
+    assert document["load"]["format"] == "slime"
+    assert document["load"]["files"] == [str(FANOUT_FILE)]
+    assert document["load"]["bytes"] == FANOUT_FILE.stat().st_size
+    assert document["load"]["seconds"] >= 0
+
+
+def test_compare_json_undefined_metrics_are_null_and_n_a_on_the_terminal():
+    # positional(n=1) makes every sample a group of its own: every advantage is 0 under the reference,
+    # so inflation and cosine are undefined.
+    args = ("compare", SAMPLES / "spec_4_3_4.pt", "-s", "batch", "--reference", "positional(n=1)")
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    assert summary["positional(n=1)"]["nonzero"] == 0
+    assert summary["batch"]["nonzero_inflation"] is None
+    assert summary["batch"]["advantage_cosine"] is None
+    batch_row = next(line for line in run(*args).stdout.splitlines() if line.startswith("batch "))
+    assert batch_row.split()[5] == "n/a" and batch_row.split()[8] == "n/a"
+
+
+def test_compare_markdown():
+    result = run("compare", FANOUT, "--markdown")
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    expected = independent_batch_vs_prompt(FANOUT_FILE)
+    assert text.startswith("### rollaudit: advantages against `prompt`")
+    assert "| scheme | sign flips | strict flips | token flips | nonzero | inflation |" in text
+    flips = f"{expected['sign_flip_rate'] * 100:.1f}%"
+    batch_row = next(line for line in text.splitlines() if line.startswith("| `batch` |"))
+    cells = [cell.strip() for cell in batch_row.strip("|").split("|")]
+    assert cells[1] == f"**{flips}**"
+    assert cells[4] == str(expected["nonzero"])
+    assert cells[5] == f"{expected['nonzero_inflation']:.2f}×"
+    assert "| `prompt` (reference) |" in text
+    assert "**Worst prompts: 3 of 8 prompts" in text
+    assert "| 30 | 8 | 4 | 0 |" in text
+    assert "<details><summary>Group sizes</summary>" in text and "| 28 | 1 |" in text
+
+
+def test_compare_schemes_repeated_with_commas_in_parentheses_and_reference():
+    result = run(
+        "compare",
+        UNIFORM,
+        "--json",
+        "--schemes",
+        "batch,prompt(scale=none, singleton=raw)",
+        "-s",
+        "trajectory(representative=max),dr-grpo",
+        "--reference",
+        "dr-grpo",
+    )
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["reference"] == "dr-grpo"
+    assert list(document["summary"]) == [
+        "batch",
+        "prompt(scale=none, singleton=raw)",
+        "trajectory(representative=max)",
+        "dr-grpo",
+    ]
+    # prompt without std scaling is dr-grpo exactly (uniform groups of 8: no singletons for raw to touch)
+    same = document["summary"]["prompt(scale=none, singleton=raw)"]
+    assert same["max_abs_diff"] == 0 and same["sign_flip_rate"] == 0
+
+
+def test_compare_top_limits_prompt_rows():
+    result = run("compare", FANOUT, "--top", "1")
+    assert result.exit_code == 0
+    assert "Worst prompts: 3 of 8 prompts have samples whose sign differs from prompt (top 1)" in result.stdout
+    worst = result.stdout.split("Worst prompts")[1].split("Prompts with no learning")[0]
+    assert [line.split()[0] for line in worst.splitlines() if line[:2].isdigit()] == ["30"]
+
+
+def test_compare_several_inputs_and_globs():
+    result = run("compare", FANOUT, UNIFORM, str(DUMP_DETAILS / "*_data"), "--json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["info"]["step_values"] == [0, 3, 5]
+    assert document["info"]["samples"] == 88 + 64 + 26
+    assert len(document["load"]["files"]) == 4
+    assert sorted(document["per_step"]) == ["0", "3", "5"]
+    text = run("compare", FANOUT, UNIFORM, DUMP_DETAILS).stdout
+    assert "steps 0, 3, 5 · 178 samples" in text
+    assert "4 files" in text.splitlines()[0]
+
+
+def test_compare_output_file_is_written_and_stdout_stays_empty(tmp_path):
+    target = tmp_path / "report.json"
+    result = run("compare", FANOUT, "--json", "-o", target)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert f"wrote {target}" in result.stderr
+    assert json.loads(target.read_text())["summary"]["batch"]["nonzero"] == 88
+    text_target = tmp_path / "report.txt"
+    assert run("compare", FANOUT, "-o", text_target, "-q").stderr == ""
+    assert "Worst prompts" in text_target.read_text()
+    assert [path.name for path in tmp_path.iterdir()] != []
+    assert not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
+
+
+def test_compare_reward_key_passes_through():
+    error = assert_one_line_error(run("compare", REWARD_KEY))
+    assert "reward_key" in error
+    result = run("compare", REWARD_KEY, "--reward-key", "score", "--json")
+    assert result.exit_code == 0, result.stderr
+    table = rollaudit.load(REWARD_KEY, reward_key="score")
+    assert json.loads(result.stdout)["summary"] == rollaudit.audit(table, device="cpu").to_dict()["summary"]
+
+
+def test_compare_n_samples_per_prompt_passes_through(monkeypatch):
+    seen = {}
+    real_load = rollaudit.load
+
+    def spy(paths, **options):
+        seen.update(options)
+        return real_load(paths, **options)
+
+    monkeypatch.setattr(rollaudit, "load", spy)
+    result = run("compare", UNIFORM, "--n-samples-per-prompt", "8", "--json", "--device", "cpu")
+    assert result.exit_code == 0, result.stderr
+    assert seen["n_samples_per_prompt"] == 8 and seen["reward_key"] is None
+    assert json.loads(result.stdout)["info"]["device"] == "cpu"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inspect
+
+
+def test_inspect_fanout_terminal():
+    result = run("inspect", FANOUT)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "slime" in out
+    assert "step 3 · 88 samples" in out
+    assert "8 prompts · 32 trajectories" in out
+    assert "prompt key on 88 of 88 (100.0%) · trajectory key on 88 of 88 (100.0%)" in out
+    assert "binary (0/1)" in out
+    for field in rollaudit.CANONICAL_COLUMNS:
+        assert field in out
+    assert "passed through" in out
+
+
+def test_inspect_json_counts_match_the_table():
+    result = run("inspect", DUMP_DETAILS, UNIFORM, "--json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    table = rollaudit.load([DUMP_DETAILS, UNIFORM])
+    assert document["samples"] == table.num_rows == 26 + 64
+    assert document["steps"]["values"] == [0, 5]
+    assert document["steps"]["samples_per_step"] == {"0": 26, "5": 64}
+    pairs = set(zip(table.column("step").to_pylist(), table.column("prompt").to_pylist(), strict=True))
+    assert document["prompts"] == len(pairs)
+    recorded = table.column("recorded_advantage").to_pylist()
+    assert document["recorded_advantages"] == sum(value is not None for value in recorded) == 24
+    assert document["identity"] == {"samples": 90, "with_prompt_key": 90, "with_trajectory_key": 90}
+    assert document["response_tokens"] == sum(table.column("response_length").to_pylist())
+    fields = {field["name"]: field for field in document["fields"]}
+    assert fields["recorded_advantage"]["non_null"] == 24 and fields["recorded_advantage"]["canonical"]
+    assert fields["index"]["canonical"] is False
+    assert document["reward"]["kind"] == "binary (0/1)"
+    assert document["load"]["files"][-1] == str(UNIFORM)
+
+
+def test_inspect_reward_key():
+    result = run("inspect", REWARD_KEY, "--reward-key", "score", "--json")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    rewards = rollaudit.load(REWARD_KEY, reward_key="score").column("reward").to_pylist()
+    assert document["reward"]["min"] == min(rewards) and document["reward"]["max"] == max(rewards)
+    assert document["reward"]["mean"] == pytest.approx(statistics.fmean(rewards))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# convert
+
+
+def _read(path: Path) -> pa.Table:
+    suffix = path.suffix
+    if suffix == ".parquet":
+        return pq.read_table(path)
+    if suffix in (".feather", ".arrow"):
+        return feather.read_table(path)
+    if suffix == ".csv":
+        return pa_csv.read_csv(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return pa.Table.from_pylist(rows)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".feather", ".arrow", ".csv", ".jsonl"])
+def test_convert_every_format_with_advantage_columns(tmp_path, suffix):
+    target = tmp_path / f"fanout{suffix}"
+    result = run("convert", FANOUT, "-o", target, "-s", "batch,prompt(scale=none, singleton=raw)", "-s", "prompt")
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {target}: 88 rows" in result.stderr
+    written = _read(target)
+    table = rollaudit.load(FANOUT)
+    expected = rollaudit.recompute(table, ["batch", "prompt(scale=none, singleton=raw)", "prompt"], device="cpu")
+    names = ["advantage:batch", "advantage:prompt(scale=none, singleton=raw)", "advantage:prompt"]
+    assert written.column_names == table.column_names + names
+    assert written.num_rows == 88
+    for name, scheme in zip(names, expected.column_names, strict=True):
+        got = written.column(name).to_pylist()
+        want = expected.column(scheme).to_pylist()
+        assert got == pytest.approx(want, abs=1e-12)
+    assert written.column("reward").to_pylist() == table.column("reward").to_pylist()
+    assert written.column("prompt").to_pylist() == table.column("prompt").to_pylist()
+
+
+def test_convert_without_schemes_writes_the_canonical_table(tmp_path):
+    target = tmp_path / "details.parquet"
+    result = run("convert", DUMP_DETAILS, "-o", target, "-q")
+    assert result.exit_code == 0 and result.stderr == ""
+    assert pq.read_table(target).equals(rollaudit.load(DUMP_DETAILS))
+
+
+def test_convert_checks_the_output_before_loading(tmp_path, monkeypatch):
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("loaded before the output was checked")
+
+    monkeypatch.setattr(rollaudit, "load", must_not_load)
+    assert "unknown output extension '.txt'" in assert_one_line_error(run("convert", FANOUT, "-o", tmp_path / "x.txt"))
+    missing = tmp_path / "missing" / "x.parquet"
+    assert "directory does not exist" in assert_one_line_error(run("convert", FANOUT, "-o", missing))
+    assert "is a directory" in assert_one_line_error(run("convert", FANOUT, "-o", tmp_path))
+    assert "unknown scheme" in assert_one_line_error(run("convert", FANOUT, "-o", tmp_path / "a.csv", "-s", "nope"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_failed_load_leaves_nothing(tmp_path):
+    target = tmp_path / "out.parquet"
+    assert_one_line_error(run("convert", REWARD_KEY, "-o", target))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# errors, warnings, progress
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["compare", "no/such/dump.pt"], "no such file or directory"),
+        (["compare", "PYPROJECT"], "unknown dump format"),
+        (["compare", FANOUT, "--format", "csv"], "unknown format 'csv'"),
+        (["compare", FANOUT, "-s", "batch,wrong"], "unknown scheme 'wrong'"),
+        (["compare", FANOUT, "-s", "prompt(scale=nope)"], "scale"),
+        (["compare", FANOUT, "-s", "prompt(n=2"], "unbalanced"),
+        (["compare", FANOUT, "--reference", "wrong"], "unknown scheme 'wrong'"),
+        (["compare", FANOUT, "--bogus"], "No such option: --bogus"),
+        (["compare", FANOUT, "--device", "gpu"], "--device"),
+        (["compare", FANOUT, "--top", "-1"], "--top"),
+        (["compare", FANOUT, "--n-samples-per-prompt", "0"], "--n-samples-per-prompt"),
+        (["compare", FANOUT, "--json", "--markdown"], "--json and --markdown"),
+        (["compare"], "Missing argument"),
+        (["convert", FANOUT], "Missing option '--output'"),
+        (["frobnicate"], "No such command"),
+        (["inspect", "no/such/*.pt"], "no file matches"),
+    ],
+)
+def test_errors_are_one_line_with_exit_2(args, fragment):
+    args = [str(ROOT / "pyproject.toml") if arg == "PYPROJECT" else arg for arg in args]
+    line = assert_one_line_error(run(*args))
+    assert fragment in line
+
+
+def test_scheme_errors_come_before_loading(monkeypatch):
+    monkeypatch.setattr(rollaudit, "load", lambda *a, **k: pytest.fail("loaded"))
+    assert_one_line_error(run("compare", FANOUT, "-s", "slime-legacy"))  # needs n: fails at parse time
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_one_line_error():
+    assert "CUDA" in assert_one_line_error(run("compare", FANOUT, "--device", "cuda"))
+
+
+def test_bare_rollaudit_shows_help():
+    result = run()
+    assert result.exit_code == 0
+    assert "compare" in result.stdout and "inspect" in result.stdout and "convert" in result.stdout
+
+
+def test_warnings_are_one_line_each_time(tmp_path):
+    # An eval dump beside the training dumps of a directory is left out, with a warning.
+    shutil.copy(FANOUT_FILE, tmp_path / "3.pt")
+    shutil.copy(FANOUT_FILE, tmp_path / "eval_3.pt")
+    for _ in range(2):  # the same warning in the same process shows again
+        result = run("compare", tmp_path, "--json")
+        assert result.exit_code == 0, result.stderr
+        warnings_shown = [line for line in result.stderr.splitlines() if line]
+        assert len(warnings_shown) == 1 and warnings_shown[0].startswith("warning: "), result.stderr
+        assert "eval" in warnings_shown[0]
+        assert json.loads(result.stdout)["info"]["samples"] == 88
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    from rich.console import Console
+
+    from rollaudit._cli import _progress
+
+    files = [FANOUT_FILE, UNIFORM]
+    sizes = [path.stat().st_size for path in files]
+    terminal = io.StringIO()
+    with _progress(files, sizes, False, Console(file=terminal, force_terminal=True, width=100)) as on_file:
+        assert on_file is not None
+        table = rollaudit.load(files, on_file=on_file)
+    assert table.num_rows == 88 + 64
+    assert "2/2 files" in terminal.getvalue() and "uniform.pt" in terminal.getvalue()
+    for quiet, console in [
+        (True, Console(file=io.StringIO(), force_terminal=True)),
+        (False, Console(file=io.StringIO())),
+    ]:
+        with _progress(files, sizes, quiet, console) as on_file:
+            assert on_file is None
+    with _progress(files[:1], sizes[:1], False, Console(file=io.StringIO(), force_terminal=True)) as on_file:
+        assert on_file is None  # one small file: no bar
+    # Through the CLI (not a terminal): nothing on stderr.
+    assert run("compare", FANOUT, UNIFORM, "--json").stderr == ""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The installed entry point, in real subprocesses.
+
+
+def _entry_point() -> str:
+    path = shutil.which("rollaudit")
+    if path is None:
+        pytest.skip("the rollaudit console script is not installed")
+    return path
+
+
+def test_help_imports_neither_torch_nor_matplotlib_nor_pandas():
+    code = (
+        "import sys\n"
+        "from rollaudit._cli import main\n"
+        "for argv in (['--help'], ['compare', '--help'], ['inspect', '--help'], ['convert', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code == 0, exit.code\n"
+        "heavy = sorted(name for name in ('torch', 'matplotlib', 'pandas') if name in sys.modules)\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stderr
+    assert "compare" in result.stdout and "--schemes" in result.stdout
+
+
+def test_entry_point_compare_json_inspect_and_error():
+    executable = _entry_point()
+    environment = {**os.environ, "COLUMNS": "100"}
+    compare = subprocess.run(
+        [executable, "compare", str(FANOUT), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert compare.returncode == 0, compare.stderr
+    batch = json.loads(compare.stdout)["summary"]["batch"]
+    expected = independent_batch_vs_prompt(FANOUT_FILE)
+    assert math.isclose(batch["sign_flip_rate"], expected["sign_flip_rate"])
+    assert math.isclose(batch["nonzero_inflation"], expected["nonzero_inflation"])
+    terminal = subprocess.run(
+        [executable, "compare", "sample_dumps/fanout"], capture_output=True, text=True, cwd=ROOT, env=environment
+    )
+    assert terminal.returncode == 0 and "Worst prompts" in terminal.stdout
+    assert max(len(line) for line in terminal.stdout.splitlines()) <= 100
+    missing = subprocess.run([executable, "inspect", "missing.pt"], capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr == "error: missing.pt: no such file or directory\n"
+    bad_option = subprocess.run([executable, "compare", "x.pt", "--nope"], capture_output=True, text=True)
+    assert bad_option.returncode == 2 and len(bad_option.stderr.splitlines()) == 1
+    assert "Traceback" not in bad_option.stderr

@@ -1,0 +1,133 @@
+"""The PNGs of ``rollaudit compare --plot``: they open, have the expected size, and say what they show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import rollaudit
+from rollaudit import _plots
+from rollaudit._cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+FANOUT = ROOT / "sample_dumps" / "fanout"
+UNIFORM = ROOT / "sample_dumps" / "uniform.pt"
+DUMP_DETAILS = ROOT / "sample_dumps" / "dump_details"
+
+
+@pytest.fixture(scope="module")
+def audited():
+    table = rollaudit.load([FANOUT, UNIFORM, DUMP_DETAILS])
+    report = rollaudit.audit(table, device="cpu")
+    values = rollaudit.recompute(table, report.schemes, device="cpu")
+    return report, {name: values.column(name).to_numpy() for name in values.column_names}
+
+
+def _axes_with_content(figure):
+    return [axis for axis in figure.axes if axis.get_visible()]
+
+
+def _assert_labelled(figure):
+    assert figure.get_suptitle()
+    for axis in _axes_with_content(figure):
+        assert axis.get_title(), axis
+        assert axis.get_xlabel() and axis.get_ylabel(), axis
+
+
+def test_group_sizes_figure(audited):
+    report, _ = audited
+    figure = _plots.group_sizes_figure(report)
+    _assert_labelled(figure)
+    assert figure.get_suptitle() == "Group sizes (178 samples)"
+    titles = [axis.get_title() for axis in figure.axes]
+    assert titles == ["samples per prompt", "trajectories per prompt", "samples per trajectory"]
+    # bar heights are the histogram's counts
+    samples_axis = figure.axes[0]
+    heights = {round(patch.get_x() + patch.get_width() / 2): patch.get_height() for patch in samples_axis.patches}
+    assert heights == {size: count for size, count in report.histograms["samples_per_prompt"].items()}
+
+
+def test_advantage_scatter_figure(audited):
+    report, advantages = audited
+    figure = _plots.advantage_scatter_figure(report, advantages)
+    _assert_labelled(figure)
+    assert figure.get_suptitle() == "Advantage under each scheme against the reference prompt; 178 samples"
+    axes = _axes_with_content(figure)
+    assert [axis.get_ylabel() for axis in axes] == ["advantage under batch", "advantage under trajectory"]
+    assert all(axis.get_xlabel() == "advantage under prompt (reference)" for axis in axes)
+    batch_axis = axes[0]
+    assert batch_axis.get_title().startswith(f"batch: {report.summary.loc['batch', 'sign_flip_rate'] * 100:.1f}%")
+    points = batch_axis.collections[0].get_offsets()
+    np.testing.assert_allclose(points[:, 0], advantages["prompt"])
+    np.testing.assert_allclose(points[:, 1], advantages["batch"])
+
+
+def test_scatter_thins_out_huge_batches(audited, monkeypatch):
+    report, advantages = audited
+    monkeypatch.setattr(_plots, "MAX_SCATTER_POINTS", 50)
+    figure = _plots.advantage_scatter_figure(report, advantages)
+    assert "every 4th of 178 samples" in figure.get_suptitle()
+    assert len(figure.axes[0].collections[0].get_offsets()) == 45
+
+
+def test_per_step_figure(audited):
+    report, _ = audited
+    figure = _plots.per_step_figure(report)
+    _assert_labelled(figure)
+    flip_axis, inflation_axis = figure.axes
+    assert flip_axis.get_title() == "Sign-flip rate against prompt"
+    assert inflation_axis.get_title() == "Non-zero inflation against prompt"
+    batch_line = next(line for line in flip_axis.get_lines() if line.get_label() == "batch")
+    assert list(batch_line.get_xdata()) == [0, 3, 5]
+    per_step = report.per_step.xs("batch", level="scheme")
+    np.testing.assert_allclose(batch_line.get_ydata(), per_step["sign_flip_rate"].to_numpy() * 100)
+    inflation_line = next(line for line in inflation_axis.get_lines() if line.get_label() == "batch")
+    np.testing.assert_allclose(inflation_line.get_ydata(), per_step["nonzero_inflation"].to_numpy())
+
+
+def test_write_plots_png_files(audited, tmp_path):
+    report, advantages = audited
+    paths = _plots.write_plots(report, advantages, tmp_path / "plots")
+    assert [path.name for path in paths] == ["group_sizes.png", "advantage_scatter.png", "per_step.png"]
+    expected = {
+        "group_sizes.png": ((1200, 360), "Group sizes (178 samples)"),
+        "advantage_scatter.png": ((840, 400), "Advantage under each scheme against the reference prompt; 178 samples"),
+        "per_step.png": ((1100, 400), "Per step (3 steps)"),
+    }
+    for path in paths:
+        with Image.open(path) as image:
+            assert image.format == "PNG"
+            size, title = expected[path.name]
+            assert image.size == size
+            assert image.info["Title"] == title
+            pixels = np.asarray(image.convert("L"))
+            assert pixels.std() > 5  # not blank
+    assert not list((tmp_path / "plots").glob("*.tmp"))
+
+
+def test_compare_plot_option(tmp_path):
+    target = tmp_path / "figures"
+    result = CliRunner().invoke(app, ["compare", str(FANOUT), "--plot", str(target), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(path.name for path in target.iterdir()) == [
+        "advantage_scatter.png",
+        "group_sizes.png",
+        "per_step.png",
+    ]
+    assert result.stderr.count("wrote ") == 3
+    with Image.open(target / "per_step.png") as image:
+        assert image.info["Title"] == "Per step (1 step)"
+
+
+def test_plot_directory_checked_before_loading(tmp_path, monkeypatch):
+    monkeypatch.setattr(rollaudit, "load", lambda *a, **k: pytest.fail("loaded"))
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for bad in (a_file, tmp_path / "missing" / "figures"):
+        result = CliRunner().invoke(app, ["compare", str(FANOUT), "--plot", str(bad)], catch_exceptions=False)
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
