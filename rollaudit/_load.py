@@ -9,16 +9,17 @@ dumps (``expand_directory``). Adding a format is one entry there.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from . import _slime
+from . import _generic, _slime, _trl, _verl
 from ._errors import InputError, UsageError
 from ._table import POSITION, STEP, concat_tables
 
@@ -32,6 +33,18 @@ class LoadOptions:
     reward_key: str | None = None
     n_samples_per_prompt: int | None = None
     on_file: ProgressCallback | None = None
+    # Tables (verl, TRL, generic): which column plays which role; None = the format's own or common names.
+    reward_col: str | None = None
+    prompt_col: str | None = None
+    trajectory_col: str | None = None
+    step_col: str | None = None
+    advantage_col: str | None = None
+    mask_col: str | None = None
+    token_reduce: str = "first"
+    # TRL: the reward-function columns, their weights (a list in column order, or name -> weight), group size.
+    reward_columns: tuple[str, ...] | None = None
+    reward_weights: tuple[float, ...] | Mapping[str, float] | None = None
+    num_generations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,28 @@ FORMATS: dict[str, Format] = {
         detect=_slime.detect,
         read=_slime.read,
         expand_directory=_slime.expand_directory,
+    ),
+    "verl": Format(
+        name="verl",
+        description="rollout_data_dir {step}.jsonl lines with input, output, score, step",
+        detect=_verl.detect,
+        read=_verl.read,
+        expand_directory=_verl.expand_directory,
+    ),
+    "trl": Format(
+        name="trl",
+        description="GRPOTrainer completions/completions_*.parquet with prompt, completion, reward columns, advantage",
+        detect=_trl.detect,
+        read=_trl.read,
+        expand_directory=_trl.expand_directory,
+    ),
+    # Last: it accepts any table, and an empty file so that the error says so.
+    "generic": Format(
+        name="generic",
+        description="Parquet, Arrow IPC/Feather, JSON Lines or CSV tables with a reward column",
+        detect=_generic.detect,
+        read=_generic.read,
+        expand_directory=_generic.expand_directory,
     ),
 }
 """The registry: format name -> Format. Detection tries the entries in this order."""
@@ -142,6 +177,53 @@ def _check_options(format: str | None, reward_key: Any, n_samples_per_prompt: An
         raise UsageError(f"n_samples_per_prompt is {n_samples_per_prompt!r}", expected="a positive int")
 
 
+_COLUMN_OPTIONS = ("reward_col", "prompt_col", "trajectory_col", "step_col", "advantage_col", "mask_col")
+
+
+def _check_table_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The table options, checked and normalized (UsageError naming the option otherwise)."""
+    for name in _COLUMN_OPTIONS:
+        value = options[name]
+        if value is not None and (not isinstance(value, str) or not value):
+            raise UsageError(f"{name} is {value!r}", expected="a column name")
+    if options["token_reduce"] not in _generic.TOKEN_REDUCE_RULES:
+        raise UsageError(
+            f"token_reduce is {options['token_reduce']!r}", expected=f"one of {', '.join(_generic.TOKEN_REDUCE_RULES)}"
+        )
+    columns = options["reward_columns"]
+    if columns is not None:
+        columns = (columns,) if isinstance(columns, str) else columns
+        if not isinstance(columns, Sequence) or not columns or not all(isinstance(c, str) and c for c in columns):
+            raise UsageError(f"reward_columns is {columns!r}", expected="a list of column names")
+        options["reward_columns"] = tuple(columns)
+    weights = options["reward_weights"]
+    if weights is not None:
+        if isinstance(weights, Mapping):
+            names, values = list(weights), list(weights.values())
+        elif isinstance(weights, Iterable) and not isinstance(weights, (str, bytes)):
+            names, values = [], list(weights)
+        else:
+            names, values = [], [weights]
+        if not values or not all(isinstance(name, str) for name in names) or not all(map(_is_real, values)):
+            raise UsageError(
+                f"reward_weights is {weights!r}", expected="finite numbers: a list in column order, or name -> weight"
+            )
+        floats = [float(value) for value in values]
+        options["reward_weights"] = dict(zip(names, floats, strict=True)) if names else tuple(floats)
+    generations = options["num_generations"]
+    if generations is not None and (type(generations) is not int or generations < 1):
+        raise UsageError(f"num_generations is {generations!r}", expected="a positive int")
+    return options
+
+
+def _is_real(value: Any) -> bool:
+    """A finite int or float (numpy scalars included); not a bool."""
+    try:
+        return not isinstance(value, (bool, str, bytes)) and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def load(
     path_or_paths: str | os.PathLike | Iterable[str | os.PathLike],
     *,
@@ -149,6 +231,16 @@ def load(
     reward_key: str | None = None,
     n_samples_per_prompt: int | None = None,
     on_file: ProgressCallback | None = None,
+    reward_col: str | None = None,
+    prompt_col: str | None = None,
+    trajectory_col: str | None = None,
+    step_col: str | None = None,
+    advantage_col: str | None = None,
+    mask_col: str | None = None,
+    token_reduce: str = "first",
+    reward_columns: Sequence[str] | None = None,
+    reward_weights: Sequence[float] | Mapping[str, float] | None = None,
+    num_generations: int | None = None,
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
 
@@ -160,18 +252,45 @@ def load(
     consecutive slices when a dump has none. ``on_file(path, n_bytes)`` is
     called after each file is read.
 
-    Each file is one step, its own batch. Bad input raises
+    Tables (verl, TRL, generic): ``reward_col``, ``prompt_col``,
+    ``trajectory_col``, ``step_col``, ``advantage_col`` and ``mask_col``
+    name the columns that hold each role (otherwise each format's own names,
+    or the common ones, are used); ``token_reduce`` (``first``, ``last``,
+    ``mean``) turns per-token advantage lists into one value per sample.
+    TRL: ``reward_columns`` names the reward-function columns (default:
+    the numeric ones), ``reward_weights`` weighs them (a list in their
+    order, or a dict by name), ``num_generations`` fixes the group size
+    (default: the first run of equal prompt texts).
+
+    Each file is one step, its own batch (generic tables: the files of one
+    step form one batch, in order). Bad input raises
     :class:`~rollaudit.InputError` with one line naming the file, field and
     sample; unknown classes in a dump become inert placeholders (one
     :class:`~rollaudit.RollauditWarning` per file) and nothing the file
     names is ever run.
     """
     _check_options(format, reward_key, n_samples_per_prompt)
+    table_options = _check_table_options(
+        {
+            "reward_col": reward_col,
+            "prompt_col": prompt_col,
+            "trajectory_col": trajectory_col,
+            "step_col": step_col,
+            "advantage_col": advantage_col,
+            "mask_col": mask_col,
+            "token_reduce": token_reduce,
+            "reward_columns": reward_columns,
+            "reward_weights": reward_weights,
+            "num_generations": num_generations,
+        }
+    )
     files = expand_paths(path_or_paths)
     grouped: dict[str, list[Path]] = {}
     for path in files:
         grouped.setdefault(format or detect_format(path), []).append(path)
-    options = LoadOptions(reward_key=reward_key, n_samples_per_prompt=n_samples_per_prompt, on_file=on_file)
+    options = LoadOptions(
+        reward_key=reward_key, n_samples_per_prompt=n_samples_per_prompt, on_file=on_file, **table_options
+    )
     tables: list[pa.Table] = []
     for name, paths in grouped.items():
         tables.extend(FORMATS[name].read(paths, options))

@@ -262,11 +262,13 @@ def fanout_step(rollout_id: int = 3) -> list[dict[str, Any]]:
 
 
 def uniform_step(rollout_id: int = 5, prompts: int = 8, n_samples_per_prompt: int = 8) -> list[dict[str, Any]]:
-    """A plain GRPO step: n samples per prompt everywhere, no fan-out (``rollout_id`` None)."""
+    """A plain GRPO step: n samples per prompt everywhere, no fan-out (``rollout_id`` None), and every
+    prompt partly solved, so each has a learning signal: batch-wide centring then changes magnitudes,
+    never signs (0/1 rewards flip only in prompts that are all 0 or all 1)."""
     rng = random.Random(2000 + rollout_id)
     samples = []
     for prompt in range(prompts):
-        solved = rng.randint(0, n_samples_per_prompt)
+        solved = rng.randint(1, n_samples_per_prompt - 1)
         rewards = [1.0] * solved + [0.0] * (n_samples_per_prompt - solved)
         rng.shuffle(rewards)
         for reward in rewards:

@@ -265,8 +265,8 @@ def test_missing_paths_and_unknown_formats(tmp_path: Path):
         InputError, match=r"unknown dump format \(expected a format rollaudit reads: slime \(torch.save"
     ):
         rollaudit.load(tmp_path / "notes.txt")
-    with pytest.raises(InputError, match="unknown format 'verl'"):
-        rollaudit.load(tmp_path / "notes.txt", format="verl")
+    with pytest.raises(InputError, match="unknown format 'nope'"):
+        rollaudit.load(tmp_path / "notes.txt", format="nope")
     with pytest.raises(UsageError, match="n_samples_per_prompt"):
         rollaudit.load(tmp_path / "notes.txt", n_samples_per_prompt=0)
 

@@ -1,0 +1,153 @@
+"""Format detection by content: every format found whatever the file is called; one error listing them all."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import rollaudit
+from rollaudit import InputError, RollauditWarning
+from rollaudit._load import FORMATS, detect_format
+
+ROOT = Path(__file__).resolve().parents[1]
+DUMPS = ROOT / "sample_dumps"
+SAMPLES = {
+    "uniform.pt": "slime",
+    "dump_details/train_data/0_0.pt": "slime",
+    "verl/rollout_data/1.jsonl": "verl",
+    "trl/completions/completions_00010.parquet": "trl",
+    "agl/rollouts.parquet": "generic",
+    "generic/rollouts.csv": "generic",
+    "generic/rollouts.jsonl": "generic",
+    "generic/rollouts.feather": "generic",
+    "nemo/train_data_step3.jsonl": "generic",
+}
+
+
+def load_quietly(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RollauditWarning)
+        return rollaudit.load(*args, **kwargs)
+
+
+def test_the_registry_order():
+    assert list(FORMATS) == ["slime", "verl", "trl", "generic"]  # slime first; generic accepts any table: last
+
+
+@pytest.mark.parametrize("relative", sorted(SAMPLES))
+def test_samples_are_detected_by_content_under_any_name(tmp_path: Path, relative: str):
+    source = DUMPS / relative
+    assert detect_format(source) == SAMPLES[relative]
+    disguised = tmp_path / "dump.data"  # no extension says anything
+    shutil.copyfile(source, disguised)
+    assert detect_format(disguised) == SAMPLES[relative]
+    if "train_data" in relative:
+        return  # a train dump loads only beside its rollout dump
+    expected, loaded = load_quietly(source), load_quietly(disguised)
+    assert loaded.column("prompt").equals(expected.column("prompt"))
+    np.testing.assert_array_equal(loaded.column("reward").to_numpy(), expected.column("reward").to_numpy())
+
+
+def test_misleading_extensions_do_not_decide(tmp_path: Path):
+    parquet_named_jsonl = tmp_path / "rows.jsonl"
+    shutil.copyfile(DUMPS / "trl" / "completions" / "completions_00010.parquet", parquet_named_jsonl)
+    assert detect_format(parquet_named_jsonl) == "trl"
+    csv_named_parquet = tmp_path / "rows.parquet"
+    shutil.copyfile(DUMPS / "generic" / "rollouts.csv", csv_named_parquet)
+    assert detect_format(csv_named_parquet) == "generic"
+    assert rollaudit.load(csv_named_parquet).num_rows == 12
+
+
+def test_a_verl_line_needs_verls_fields(tmp_path: Path):
+    generic = tmp_path / "3.jsonl"
+    generic.write_text('{"input": "p", "reward": 1.0}\n')  # no output: not a verl line
+    assert detect_format(generic) == "generic"
+    verl = tmp_path / "rows.txt"
+    verl.write_text('{"input": "p", "output": "o", "score": 1.0, "step": 2}\n')
+    assert detect_format(verl) == "verl"
+
+
+def test_unknown_content_lists_every_format(tmp_path: Path):
+    cases = {
+        "notes.txt": b"hello",
+        "binary.bin": b"\x00\x01\x02\x03 not a table",
+        "one_column.csv": b"reward\n1\n",
+        "array.json": b"[1, 2, 3]\n",
+        "bad_first_line.jsonl": b'{"reward": 1,\n',
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(InputError) as caught:
+            rollaudit.load(path)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: unknown dump format (expected a format rollaudit reads: slime ("), name
+        for entry in FORMATS.values():
+            assert f"{entry.name} ({entry.description})" in message, (name, entry.name)
+        assert "\n" not in message
+
+
+def test_empty_files_say_so_whatever_their_name(tmp_path: Path):
+    for name in ("0.jsonl", "completions_00001.parquet", "rows.csv", "rows.feather", "data"):
+        path = tmp_path / name
+        path.write_bytes(b"")
+        with pytest.raises(InputError, match=r"empty file"):
+            rollaudit.load(path)
+
+
+def test_detectors_never_raise(tmp_path: Path):
+    (tmp_path / "folder").mkdir()
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes((DUMPS / "agl" / "rollouts.parquet").read_bytes()[:40])
+    for path in (tmp_path / "folder", tmp_path / "missing", truncated):
+        for entry in FORMATS.values():
+            assert entry.detect(path) in (True, False)
+    with pytest.raises(InputError, match=r"truncated.parquet: cannot read as Parquet"):
+        rollaudit.load(truncated)
+
+
+def test_a_forced_format_reads_or_says_why(tmp_path: Path):
+    verl_file = DUMPS / "verl" / "rollout_data" / "1.jsonl"
+    as_generic = load_quietly(verl_file, format="generic")  # input and score are common names
+    assert as_generic.column("prompt").equals(rollaudit.load(verl_file).column("prompt"))
+    with pytest.raises(InputError, match=r"rollouts.csv: not a Parquet file"):
+        rollaudit.load(DUMPS / "generic" / "rollouts.csv", format="trl")
+    with pytest.raises(InputError, match=r"unknown format 'nope'.*slime.*verl.*trl.*generic"):
+        rollaudit.load(verl_file, format="nope")
+
+
+def test_directories_expand_to_their_formats_dumps(tmp_path: Path):
+    run = tmp_path / "run"
+    (run / "completions").mkdir(parents=True)
+    (run / "checkpoint-10").mkdir()
+    shutil.copyfile(DUMPS / "trl" / "completions" / "completions_00010.parquet", run / "completions" / "c.parquet")
+    shutil.copyfile(
+        DUMPS / "trl" / "completions" / "completions_00010.parquet",
+        run / "completions" / "completions_00010.parquet",
+    )
+    assert load_quietly(run).num_rows == 24  # TRL's output_dir: only completions_{step}.parquet files
+    verl_dir = tmp_path / "rollout_data"
+    shutil.copytree(DUMPS / "verl" / "rollout_data", verl_dir)
+    (verl_dir / "notes.md").write_text("# not a dump, with a comma\n")
+    assert sorted(set(rollaudit.load(verl_dir).column("step").to_pylist())) == [1, 2]
+
+
+def test_formats_mix_in_one_load(tmp_path: Path):
+    table = load_quietly(
+        [DUMPS / "uniform.pt", DUMPS / "verl" / "rollout_data" / "1.jsonl", DUMPS / "generic" / "rollouts.jsonl"]
+    )
+    slime_steps = set(load_quietly(DUMPS / "uniform.pt").column("step").to_pylist())
+    assert set(table.column("step").to_pylist()) == slime_steps | {0, 1}
+    assert table.schema.field("prompt").type == pa.string()  # int and text keys unified as text
+
+
+def test_parquet_without_trls_columns_is_generic(tmp_path: Path):
+    path = tmp_path / "completions_00001.parquet"
+    pq.write_table(pa.table({"prompt": ["a"], "reward": [1.0]}), path)
+    assert detect_format(path) == "generic"
