@@ -387,8 +387,8 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
 class Segments:
     """Sums per segment and their spread back to rows; a single segment uses plain reductions."""
 
-    def __init__(self, codes: torch.Tensor | None, count: int, rows: int) -> None:
-        self.codes, self.count, self.rows = codes, count, rows
+    def __init__(self, codes: torch.Tensor | None, count: int, rows: int, device: torch.device) -> None:
+        self.codes, self.count, self.rows, self.device = codes, count, rows, device
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Float64 sum of ``values`` per segment."""
@@ -399,7 +399,7 @@ class Segments:
     @cached_property
     def sizes(self) -> torch.Tensor:
         if self.codes is None:
-            return torch.tensor([float(self.rows)], dtype=F64)
+            return torch.tensor([float(self.rows)], dtype=F64, device=self.device)
         return torch.bincount(self.codes, minlength=self.count).to(F64)
 
     @cached_property
@@ -427,12 +427,12 @@ def _segments(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:
     """Row segments of a grouping, cached with it so that schemes sharing groups share their sizes."""
     key = ("segments", codes.data_ptr(), count)
     if key not in enc._groups:
-        enc._groups[key] = Segments(None if count == 1 and enc.single_step else codes, count, codes.numel())
+        enc._groups[key] = Segments(None if count == 1 and enc.single_step else codes, count, codes.numel(), enc.device)
     return enc._groups[key]
 
 
 def _step_segments(enc: Encoded) -> Segments:
-    return Segments(None if enc.single_step else enc.step, enc.steps, enc.rows)
+    return Segments(None if enc.single_step else enc.step, enc.steps, enc.rows, enc.device)
 
 
 def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.Tensor, torch.Tensor]:
@@ -503,7 +503,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     else:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
-        groups = Segments(units.group, group_count, units.count)
+        groups = Segments(units.group, group_count, units.count, enc.device)
 
     weight = None if valid is None else valid.to(F64)
     count = groups.sizes if weight is None else groups.sum(weight)

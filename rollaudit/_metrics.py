@@ -126,7 +126,9 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
     samples = torch.bincount(group, minlength=count)
     units = trajectory_units(enc, group)
     if units is None:
-        return Groups(group, count, first_row, samples, samples, torch.ones(enc.rows, dtype=torch.int64))
+        return Groups(
+            group, count, first_row, samples, samples, torch.ones(enc.rows, dtype=torch.int64, device=enc.device)
+        )
     unit_codes, unit_count = densify(units.of_row)
     unit_group = torch.zeros(unit_count, dtype=torch.int64, device=enc.device).scatter_(0, unit_codes, group)
     return Groups(
