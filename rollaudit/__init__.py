@@ -50,6 +50,8 @@ _EXPORTS = {
     "write_baseline": "._gate",
     "read_baseline": "._gate",
     "fit_presets": "._detect",
+    "detect_scheme": "._detect",
+    "Detection": "._detect",
     "expand_paths": "._load",
     "detect_format": "._load",
     "FORMATS": "._load",
@@ -63,6 +65,7 @@ __all__ = [
     "METRICS",
     "PRESETS",
     "SCHEMA_VERSION",
+    "Detection",
     "GateConfig",
     "GateFailed",
     "GateResult",
@@ -77,6 +80,7 @@ __all__ = [
     "audit",
     "describe",
     "detect_format",
+    "detect_scheme",
     "expand_paths",
     "fit_presets",
     "gate_config",
@@ -94,7 +98,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._api import DEFAULT_SCHEMES, audit, recompute
-    from ._detect import fit_presets
+    from ._detect import Detection, detect_scheme, fit_presets
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
     from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
     from ._inspect import describe

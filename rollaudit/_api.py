@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
+from ._detect import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
 from ._errors import SchemeError
-from ._report import Report
+from ._report import RECORDED_ROW, Report
 from ._schemes import Scheme, get_scheme, split_schemes
 from ._table import PROMPT, TRAJECTORY, validate_table
 
@@ -24,13 +25,24 @@ DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]
 
 
+def named_scheme(spec: str | Scheme) -> Scheme:
+    """``get_scheme``, refusing the one name a scheme cannot take: ``recorded`` is the dump's own advantages."""
+    scheme = get_scheme(spec.strip() if isinstance(spec, str) else spec)
+    if str(scheme) == RECORDED_ROW:
+        raise SchemeError(
+            f"a scheme cannot be named {RECORDED_ROW!r}: that row holds the advantages recorded in the dump",
+            expected="another name for the Scheme",
+        )
+    return scheme
+
+
 def resolve_schemes(schemes: SchemeList) -> dict[str, Scheme]:
     """Scheme strings (or Schemes) to ``{name: Scheme}``, in order, duplicates dropped."""
     if isinstance(schemes, (str, Scheme)):
         schemes = split_schemes(schemes) if isinstance(schemes, str) else [schemes]
     resolved: dict[str, Scheme] = {}
     for item in schemes:
-        scheme = get_scheme(item.strip() if isinstance(item, str) else item)
+        scheme = named_scheme(item)
         resolved.setdefault(str(scheme), scheme)
     if not resolved:
         raise SchemeError("no scheme given", expected="at least one scheme string, e.g. prompt")
@@ -67,8 +79,15 @@ def audit(
     reference: str | Scheme = "prompt",
     device: str = "auto",
     tol: float = 1e-6,
+    recorded_tolerance: float = DEFAULT_RECORDED_TOLERANCE,
 ) -> Report:
     """Recompute ``schemes`` and the ``reference`` and measure how far each is from the reference.
+
+    When the table holds recorded advantages (the trainer's own), they are audited like one more scheme,
+    in a row named ``recorded`` (of ``summary``, ``per_step`` and the per-prompt columns; rows without a
+    recorded value count as ``undefined``), and ``Report.recorded`` says which preset they come from
+    (:func:`rollaudit.detect_scheme`, within ``recorded_tolerance``, fitting every candidate preset and
+    the audited schemes). Without recorded advantages nothing is fitted and ``Report.recorded`` is None.
 
     >>> import rollaudit
     >>> t = rollaudit.make_table(reward=[0, 1, 0, 0], prompt=[0, 0, 1, 1])
@@ -80,7 +99,7 @@ def audit(
     started = time.perf_counter()
     table = validate_table(table)
     resolved = resolve_schemes(schemes)
-    reference_scheme = get_scheme(reference)
+    reference_scheme = named_scheme(reference)
     reference_name = str(reference_scheme)
     resolved.setdefault(reference_name, reference_scheme)
     encoded, values = _advantages(table, resolved, device)
@@ -88,7 +107,16 @@ def audit(
 
     import torch
 
-    one_segment = torch.zeros(encoded.rows, dtype=torch.int64, device=encoded.device)
+    recorded = None
+    if has_recorded(table):
+        # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
+        # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
+        candidates = [*candidate_schemes(table), *values]
+        recorded = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values).to_dict()
+        recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
+        values = {**values, RECORDED_ROW: recorded_tensor}
+
+    one_segment = torch.zeros(1, dtype=torch.int64, device=encoded.device).expand(encoded.rows)
     summary_rows, step_rows = {}, []
     for name, tensor in values.items():
         total = compare(tensor, reference_values, one_segment, 1, encoded.response_length, tol)
@@ -133,6 +161,7 @@ def audit(
         per_prompt=prompts,
         histograms=group_histograms,
         info=info,
+        recorded=recorded,
     )
 
 

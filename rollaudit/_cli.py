@@ -1,4 +1,4 @@
-"""The ``rollaudit`` command: compare, inspect, convert.
+"""The ``rollaudit`` command: compare, inspect, convert, gate.
 
 Every command parses options, calls the library (load -> audit -> Report)
 and hands the result to a renderer; no numbers are made here. The library is
@@ -15,6 +15,7 @@ Anything else escaping a command is a bug and surfaces with its traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -200,6 +201,144 @@ DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no status messages on stderr.")]
 
 
+class TokenReduce(str, Enum):
+    first = "first"
+    last = "last"
+    mean = "mean"
+
+
+# Tables (verl, TRL, generic): which column plays which role. Not given: each format's own or the common names.
+RewardColumn = Annotated[
+    str | None, typer.Option("--reward-col", metavar="COLUMN", help="Tables: the column holding the reward.")
+]
+PromptColumn = Annotated[
+    str | None, typer.Option("--prompt-col", metavar="COLUMN", help="Tables: the column holding the prompt key.")
+]
+TrajectoryColumn = Annotated[
+    str | None,
+    typer.Option("--trajectory-col", metavar="COLUMN", help="Tables: the column holding the trajectory key."),
+]
+StepColumn = Annotated[
+    str | None, typer.Option("--step-col", metavar="COLUMN", help="Tables: the column holding the training step.")
+]
+AdvantageColumn = Annotated[
+    str | None,
+    typer.Option(
+        "--advantage-col", metavar="COLUMN", help="Tables: the column holding the advantage the trainer recorded."
+    ),
+]
+MaskColumn = Annotated[
+    str | None,
+    typer.Option(
+        "--mask-col", metavar="COLUMN", help="Tables: the per-token loss-mask column for per-token advantages."
+    ),
+]
+TokenReduceOption = Annotated[
+    TokenReduce | None,
+    typer.Option(
+        "--token-reduce",
+        help="Tables: per-token advantages to one value per sample: the first (default), last or mean masked-in one.",
+        show_default=False,
+    ),
+]
+RewardColumns = Annotated[
+    str | None,
+    typer.Option(
+        "--reward-columns",
+        metavar="COLUMNS",
+        help="TRL: the comma-separated reward-function columns (default: every numeric column but step, advantage).",
+    ),
+]
+RewardWeights = Annotated[
+    str | None,
+    typer.Option(
+        "--reward-weights",
+        metavar="WEIGHTS",
+        help="TRL: the reward functions' weights, comma-separated in column order (1,0.5) or by name (acc=1,fmt=0.5).",
+    ),
+]
+NumGenerations = Annotated[
+    int | None,
+    typer.Option(
+        "--num-generations",
+        min=1,
+        metavar="N",
+        help="TRL: completions per prompt (GRPOConfig.num_generations); default: the first run of equal prompts.",
+    ),
+]
+
+
+def _column_names(option: str, text: str) -> list[str]:
+    """``a,b`` to ``["a", "b"]``; an empty name is a usage error."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"{option} {text!r} has an empty column name", expected="comma-separated names, e.g. a,b")
+    return names
+
+
+def _reward_weights(text: str) -> list[float] | dict[str, float]:
+    """``1,0.5`` (weights in column order) or ``acc=1,fmt=0.5`` (by name); a mix or a non-number is a usage error."""
+    expected = "comma-separated numbers (1,0.5) or name=weight pairs (acc=1,fmt=0.5)"
+    parts = [part.strip() for part in text.split(",")]
+    named = ["=" in part for part in parts]
+    if any(named) and not all(named):
+        raise UsageError(f"--reward-weights {text!r} mixes weights by name and by position", expected=expected)
+    weights: dict[str, float] = {}
+    for part in parts:
+        name, _, number = part.rpartition("=")
+        if any(named) and not name.strip():
+            raise UsageError(f"--reward-weights {text!r}: {part!r} has no column name", expected=expected)
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not math.isfinite(weight):
+            raise UsageError(f"--reward-weights {text!r}: {number.strip()!r} is not a finite number", expected=expected)
+        key = name.strip() if any(named) else str(len(weights))
+        if key in weights:
+            raise UsageError(f"--reward-weights {text!r} names {key!r} twice", expected=expected)
+        weights[key] = weight
+    return weights if any(named) else list(weights.values())
+
+
+def load_options(
+    *,
+    reward_key: str | None = None,
+    n_samples_per_prompt: int | None = None,
+    reward_col: str | None = None,
+    prompt_col: str | None = None,
+    trajectory_col: str | None = None,
+    step_col: str | None = None,
+    advantage_col: str | None = None,
+    mask_col: str | None = None,
+    token_reduce: TokenReduce | None = None,
+    reward_columns: str | None = None,
+    reward_weights: str | None = None,
+    num_generations: int | None = None,
+) -> dict[str, Any]:
+    """The loader options given on the command line as ``rollaudit.load`` keywords; those not given are left out,
+    so ``load`` keeps its own defaults. Comma-separated values are split and checked here (one-line usage errors)."""
+    given: dict[str, Any] = {
+        "reward_key": reward_key,
+        "n_samples_per_prompt": n_samples_per_prompt,
+        "reward_col": reward_col,
+        "prompt_col": prompt_col,
+        "trajectory_col": trajectory_col,
+        "step_col": step_col,
+        "advantage_col": advantage_col,
+        "mask_col": mask_col,
+        "token_reduce": token_reduce.value if token_reduce is not None else None,
+        "reward_columns": _column_names("--reward-columns", reward_columns) if reward_columns is not None else None,
+        "reward_weights": _reward_weights(reward_weights) if reward_weights is not None else None,
+        "num_generations": num_generations,
+    }
+    for name in ("reward_col", "prompt_col", "trajectory_col", "step_col", "advantage_col", "mask_col"):
+        value = given[name]
+        if value is not None and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} is empty", expected="a column name")
+    return {name: value for name, value in given.items() if value is not None}
+
+
 @dataclass
 class Loaded:
     """A loaded table and what the load was: the ``load`` object of ``--json`` and the report header."""
@@ -245,11 +384,11 @@ def _progress(files: list[Path], sizes: list[int], quiet: bool, console: Console
         yield on_file
 
 
-def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **load_options: Any) -> Loaded:
+def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **options: Any) -> Loaded:
     """Expand the inputs, load them (with a progress bar when big) and say what was loaded.
 
-    ``format`` and ``load_options`` (``reward_key``, ``n_samples_per_prompt``, ...) go to ``rollaudit.load``
-    as they are, so a new load option is a new CLI option and nothing else.
+    ``format`` and ``options`` (``reward_key``, ``prompt_col``, ..., usually :func:`load_options`'s) go to
+    ``rollaudit.load`` as they are, so a new load option is a new CLI option and nothing else.
     """
     import rollaudit
 
@@ -258,7 +397,7 @@ def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **
     formats = sorted({format or rollaudit.detect_format(path) for path in files})
     started = time.perf_counter()
     with _progress(files, sizes, quiet) as on_file:
-        table = rollaudit.load(files, format=format, on_file=on_file, **load_options)
+        table = rollaudit.load(files, format=format, on_file=on_file, **options)
     seconds = time.perf_counter() - started
     return Loaded(
         table=table,
@@ -339,6 +478,16 @@ def compare(
     reward_key: RewardKey = None,
     n_samples_per_prompt: SamplesPerPrompt = None,
     input_format: InputFormat = None,
+    reward_col: RewardColumn = None,
+    prompt_col: PromptColumn = None,
+    trajectory_col: TrajectoryColumn = None,
+    step_col: StepColumn = None,
+    advantage_col: AdvantageColumn = None,
+    mask_col: MaskColumn = None,
+    token_reduce: TokenReduceOption = None,
+    reward_columns: RewardColumns = None,
+    reward_weights: RewardWeights = None,
+    num_generations: NumGenerations = None,
     device: DeviceOption = Device.auto,
     as_json: Annotated[
         bool, typer.Option("--json", help="One versioned JSON document on stdout (schema: README).")
@@ -379,8 +528,20 @@ def compare(
         inputs,
         quiet=quiet,
         format=input_format,
-        reward_key=reward_key,
-        n_samples_per_prompt=n_samples_per_prompt,
+        **load_options(
+            reward_key=reward_key,
+            n_samples_per_prompt=n_samples_per_prompt,
+            reward_col=reward_col,
+            prompt_col=prompt_col,
+            trajectory_col=trajectory_col,
+            step_col=step_col,
+            advantage_col=advantage_col,
+            mask_col=mask_col,
+            token_reduce=token_reduce,
+            reward_columns=reward_columns,
+            reward_weights=reward_weights,
+            num_generations=num_generations,
+        ),
     )
     report = rollaudit.audit(loaded.table, schemes=names, reference=reference, device=device.value)
 
@@ -421,6 +582,16 @@ def inspect(
     reward_key: RewardKey = None,
     n_samples_per_prompt: SamplesPerPrompt = None,
     input_format: InputFormat = None,
+    reward_col: RewardColumn = None,
+    prompt_col: PromptColumn = None,
+    trajectory_col: TrajectoryColumn = None,
+    step_col: StepColumn = None,
+    advantage_col: AdvantageColumn = None,
+    mask_col: MaskColumn = None,
+    token_reduce: TokenReduceOption = None,
+    reward_columns: RewardColumns = None,
+    reward_weights: RewardWeights = None,
+    num_generations: NumGenerations = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     quiet: Quiet = False,
 ) -> None:
@@ -429,8 +600,20 @@ def inspect(
         inputs,
         quiet=quiet,
         format=input_format,
-        reward_key=reward_key,
-        n_samples_per_prompt=n_samples_per_prompt,
+        **load_options(
+            reward_key=reward_key,
+            n_samples_per_prompt=n_samples_per_prompt,
+            reward_col=reward_col,
+            prompt_col=prompt_col,
+            trajectory_col=trajectory_col,
+            step_col=step_col,
+            advantage_col=advantage_col,
+            mask_col=mask_col,
+            token_reduce=token_reduce,
+            reward_columns=reward_columns,
+            reward_weights=reward_weights,
+            num_generations=num_generations,
+        ),
     )
     from rollaudit import describe
 
@@ -533,6 +716,16 @@ def convert(
     reward_key: RewardKey = None,
     n_samples_per_prompt: SamplesPerPrompt = None,
     input_format: InputFormat = None,
+    reward_col: RewardColumn = None,
+    prompt_col: PromptColumn = None,
+    trajectory_col: TrajectoryColumn = None,
+    step_col: StepColumn = None,
+    advantage_col: AdvantageColumn = None,
+    mask_col: MaskColumn = None,
+    token_reduce: TokenReduceOption = None,
+    reward_columns: RewardColumns = None,
+    reward_weights: RewardWeights = None,
+    num_generations: NumGenerations = None,
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:
@@ -553,8 +746,20 @@ def convert(
         inputs,
         quiet=quiet,
         format=input_format,
-        reward_key=reward_key,
-        n_samples_per_prompt=n_samples_per_prompt,
+        **load_options(
+            reward_key=reward_key,
+            n_samples_per_prompt=n_samples_per_prompt,
+            reward_col=reward_col,
+            prompt_col=prompt_col,
+            trajectory_col=trajectory_col,
+            step_col=step_col,
+            advantage_col=advantage_col,
+            mask_col=mask_col,
+            token_reduce=token_reduce,
+            reward_columns=reward_columns,
+            reward_weights=reward_weights,
+            num_generations=num_generations,
+        ),
     )
     table = loaded.table
     if names:
@@ -568,6 +773,205 @@ def convert(
             table = table.append_column(column, advantages.column(name))
     write_atomic(output, lambda temporary: writer(table, temporary))
     _echo_status(f"wrote {output}: {table.num_rows:,} rows, {table.num_columns} columns", quiet)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# gate
+
+CI_LOG_WIDTH = 120
+"""Columns of the gate's table when stdout is no terminal and COLUMNS is unset (a CI log); rich would use 80."""
+
+
+def _log_console() -> Console:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(highlight=False, width=CI_LOG_WIDTH)
+    return console
+
+
+@app.command()
+def gate(
+    inputs: Inputs,
+    max_rules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max",
+            metavar="SCHEME:METRIC=LIMIT",
+            help="The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    min_rules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--min",
+            metavar="SCHEME:METRIC=LIMIT",
+            help="The metric of SCHEME against the reference must be at least LIMIT; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            "-r",
+            metavar="SCHEME",
+            help="The scheme every metric is measured against. Default: the baseline's reference, else prompt.",
+            show_default=False,
+        ),
+    ] = None,
+    schemes: Schemes = None,
+    require: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require",
+            metavar="NAME",
+            help="A data rule: prompt-key, trajectory-key, finite-rewards or no-singletons; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    expect_recorded: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-recorded",
+            metavar="SCHEME",
+            help="The advantages the dump recorded must equal SCHEME's; on a mismatch, the best fit is named.",
+            show_default=False,
+        ),
+    ] = None,
+    recorded_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--recorded-tolerance",
+            metavar="TOL",
+            help="Tolerance of --expect-recorded, times max(1, max |recorded|). Default: 1e-4.",
+            show_default=False,
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="FILE",
+            help="Fail when a metric moved from this baseline (written by --write-baseline) past its tolerance.",
+            show_default=False,
+        ),
+    ] = None,
+    baseline_tolerance: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--baseline-tolerance",
+            metavar="METRIC:TOL",
+            help=(
+                "How far METRIC may move from the baseline: sign_flip_rate:0.5% (points on a rate), nonzero:5% "
+                "(relative), nonzero:3 (absolute), *:TOL (every other metric); repeatable. Default: unchanged."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    write_baseline_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-baseline",
+            metavar="FILE",
+            help="Store this run's metrics as a baseline (atomically; may be the --baseline file).",
+            show_default=False,
+        ),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="Read the rules from FILE instead of [tool.rollaudit.gate] of the nearest pyproject.toml.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One versioned JSON document on stdout instead of the table.")
+    ] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit", metavar="FILE", help="Write JUnit XML (one test case per rule) to FILE.", show_default=False
+        ),
+    ] = None,
+    reward_key: RewardKey = None,
+    n_samples_per_prompt: SamplesPerPrompt = None,
+    input_format: InputFormat = None,
+    reward_col: RewardColumn = None,
+    prompt_col: PromptColumn = None,
+    trajectory_col: TrajectoryColumn = None,
+    step_col: StepColumn = None,
+    advantage_col: AdvantageColumn = None,
+    mask_col: MaskColumn = None,
+    token_reduce: TokenReduceOption = None,
+    reward_columns: RewardColumns = None,
+    reward_weights: RewardWeights = None,
+    num_generations: NumGenerations = None,
+    device: DeviceOption = Device.auto,
+    quiet: Quiet = False,
+) -> None:
+    """Check rules on the dumps' advantages: exit 0 when all hold, 1 when any fails, 2 on a usage or input error.
+
+    Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --config);
+    the options are merged over the file. Under GitHub Actions, failed rules become ::error annotations and a
+    summary is appended to $GITHUB_STEP_SUMMARY.
+    """
+    from ._gate import gate_config, load_gate_config, require_rules, run_gate, write_baseline
+    from ._gate_render import emit_github, junit_xml, terminal, to_json
+    from ._output import check_writable, write_atomic
+
+    config = gate_config(
+        load_gate_config(path=config_file, start_dir="."),
+        max_rules=max_rules or (),
+        min_rules=min_rules or (),
+        reference=reference,
+        schemes=schemes,
+        require=require or (),
+        expect_recorded=expect_recorded,
+        recorded_tolerance=recorded_tolerance,
+        baseline=baseline,
+        baseline_tolerance=baseline_tolerance or (),
+    )
+    require_rules(config, writing_baseline=write_baseline_file is not None)
+    junit_path = check_writable(junit) if junit is not None else None
+    baseline_path = check_writable(write_baseline_file) if write_baseline_file is not None else None
+    options = load_options(
+        reward_key=reward_key,
+        n_samples_per_prompt=n_samples_per_prompt,
+        reward_col=reward_col,
+        prompt_col=prompt_col,
+        trajectory_col=trajectory_col,
+        step_col=step_col,
+        advantage_col=advantage_col,
+        mask_col=mask_col,
+        token_reduce=token_reduce,
+        reward_columns=reward_columns,
+        reward_weights=reward_weights,
+        num_generations=num_generations,
+    )
+    table = load_inputs(inputs, quiet=quiet, format=input_format, **options).table
+    result = run_gate(table, config, device.value)
+
+    if baseline_path is not None:
+        if result.report is not None:
+            write_baseline(baseline_path, result.report)
+            _echo_status(f"wrote baseline {baseline_path}", quiet)
+        else:
+            typer.echo(f"warning: baseline {baseline_path} not written: the audit could not run", err=True)
+    if as_json:
+        typer.echo(to_json(result), nl=False)
+    elif result.results:  # a run that only writes a baseline has no rule to show
+        _log_console().print(terminal(result))
+    if junit_path is not None:
+        write_atomic(junit_path, junit_xml(result))
+        _echo_status(f"wrote {junit_path}", quiet)
+    # Annotations go to stdout, where GitHub reads workflow commands, unless stdout holds the JSON document.
+    emit_github(result, stream=sys.stderr if as_json else None)
+    result.raise_for_failures()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,13 +3,17 @@
 A dump that holds the advantages the trainer used (``recorded_advantage``:
 slime train dumps, TRL parquet, generic tables with an advantage column) can
 be checked against every preset: the one whose recomputed advantages match the
-recorded ones is what the run did. ``fit_presets`` is the measurement; the
-gate's ``--expect-recorded`` rule and (later) scheme detection build on it.
+recorded ones is what the run did. ``fit_presets`` is the measurement (the
+gate's ``--expect-recorded`` rule uses it); ``detect_scheme`` names the
+answer, or says that no preset matches.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -19,18 +23,46 @@ from ._errors import SchemeError
 from ._schemes import PRESETS, Scheme, get_scheme
 from ._table import PROMPT, RECORDED_ADVANTAGE, STEP, validate_table
 
+if TYPE_CHECKING:
+    import torch
+
+    from ._kernel import Encoded
+
 DEFAULT_RECORDED_TOLERANCE = 1e-4
 """Recorded advantages are often stored as float32 (TRL parquet, bf16-free slime dumps): 1e-4 is far above
 their rounding and far below any difference between two schemes on real rewards."""
 
 
 class PresetFit(NamedTuple):
-    """How well one scheme reproduces the recorded advantages (errors over the rows that have one)."""
+    """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
+
+    ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
+    or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
+    """
 
     scheme: str
     max_error: float
     mean_error: float
     share_within_tolerance: float
+    undefined: int = 0
+
+
+def has_recorded(table: pa.Table) -> bool:
+    """Whether any row of a canonical table holds a recorded advantage (a metadata check: reads no values)."""
+    column = table.column(RECORDED_ADVANTAGE)
+    return column.null_count < len(column)
+
+
+def recorded_values(table: pa.Table) -> np.ndarray:
+    """The recorded advantage of every row as float64, NaN where none was recorded (the audit's ``recorded`` row)."""
+    column = table.column(RECORDED_ADVANTAGE).cast(pa.float64())
+    # A writable copy: torch.from_numpy warns on Arrow's read-only buffers.
+    return pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _recorded_on(table: pa.Table, present: np.ndarray) -> np.ndarray:
+    """The recorded values of the ``present`` rows, float64 (a recorded NaN stays NaN)."""
+    return table.column(RECORDED_ADVANTAGE).to_numpy(zero_copy_only=False).astype(np.float64)[present]
 
 
 def recorded_mask(table: pa.Table) -> np.ndarray:
@@ -109,32 +141,184 @@ def fit_presets(
     >>> fit_presets(t)[0].scheme
     'dr-grpo'
     """
-    from ._kernel import advantages, encode
+    from ._kernel import encode
 
     table = validate_table(table)
-    present = recorded_mask(table)
-    if not present.any():
+    if not has_recorded(table):
         return []
-    recorded = table.column(RECORDED_ADVANTAGE).to_numpy(zero_copy_only=False).astype(np.float64)[present]
+    present = recorded_mask(table)
+    specs = candidate_schemes(table) if schemes is None else schemes
+    fitted = _fit_schemes(encode(table, device), present, _recorded_on(table, present), specs, tolerance)
+    return [fit for fit, _ in fitted]
+
+
+def _digest(values: np.ndarray) -> bytes:
+    """A fingerprint of exact values: equal digests, the same numbers (every NaN alike, -0.0 as 0.0)."""
+    canonical = np.where(np.isnan(values), np.nan, values + 0.0)
+    return hashlib.blake2b(canonical.tobytes(), digest_size=16).digest()
+
+
+def _fit_schemes(
+    encoded: Encoded,
+    present: np.ndarray,
+    recorded: np.ndarray,
+    specs: Iterable[str | Scheme],
+    tolerance: float,
+    computed: Mapping[str, torch.Tensor] | None = None,
+) -> list[tuple[PresetFit, bytes]]:
+    """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first.
+
+    ``present``: the rows with a recorded advantage; ``recorded``: their values (float64, NaN allowed).
+    ``computed``: advantages already recomputed on ``encoded``, by scheme string (``audit`` passes its own,
+    so no scheme is recomputed twice). A digest, not the values, is kept per scheme: ties are told apart
+    without holding every scheme's column at once.
+    """
+    from ._kernel import advantages
+
     allowed = tolerance * error_scale(recorded)
-    encoded = encode(table, device)  # once: every scheme reuses its codes
-    fits = []
-    for spec in candidate_schemes(table) if schemes is None else schemes:
+    fitted: dict[str, tuple[PresetFit, bytes]] = {}
+    for spec in specs:
         scheme = get_scheme(spec)
-        try:
-            values = advantages(encoded, scheme).cpu().numpy()
-        except SchemeError:
+        name = str(scheme)
+        if name in fitted:
             continue
-        errors = advantage_errors(recorded, values[present])
-        fits.append(
-            PresetFit(
-                scheme=str(scheme),
-                max_error=float(errors.max()),
-                mean_error=float(errors.mean()),
-                share_within_tolerance=float((errors <= allowed).mean()),
-            )
+        try:
+            values = computed[name] if computed is not None and name in computed else advantages(encoded, scheme)
+        except SchemeError:
+            continue  # the scheme cannot run on this table, so it is not what the trainer did
+        on_recorded = values.cpu().numpy()[present]
+        errors = advantage_errors(recorded, on_recorded)
+        fit = PresetFit(
+            scheme=name,
+            max_error=float(errors.max()) if errors.size else 0.0,
+            mean_error=float(errors.mean()) if errors.size else 0.0,
+            share_within_tolerance=float((errors <= allowed).mean()) if errors.size else 1.0,
+            undefined=int((np.isnan(recorded) != np.isnan(on_recorded)).sum()),
         )
-    return sorted(fits, key=lambda fit: (-fit.share_within_tolerance, fit.mean_error, fit.max_error))
+        fitted[name] = (fit, _digest(on_recorded))
+    # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
+    return sorted(
+        fitted.values(), key=lambda item: (-item[0].share_within_tolerance, item[0].mean_error, item[0].max_error)
+    )
 
 
-__all__ = ["DEFAULT_RECORDED_TOLERANCE", "PresetFit", "candidate_schemes", "fit_presets", "uniform_prompt_size"]
+@dataclass(frozen=True)
+class Detection:
+    """Which scheme the recorded advantages come from, and how well every fitted scheme reproduces them.
+
+    best_match
+        the best-fitting scheme string (one ``rollaudit.recompute`` accepts) when it is within tolerance on
+        every recorded row; ``None`` when no scheme is: the dump matches no preset, and nothing is guessed.
+    matched
+        ``best_match is not None``.
+    fits
+        every scheme that could run on the table, best first (:func:`fit_presets`' order); ``fits[0]`` is
+        the closest scheme even when nothing matches.
+    equivalent
+        the other fitted schemes whose advantages equal the best fit's exactly on the recorded rows (e.g.
+        ``prompt``, ``trajectory`` and ``slime-2204`` on a table without trajectory keys or singletons):
+        the recorded values cannot tell them apart, so naming one of them is not a claim against the others.
+    tolerance, allowed_error
+        a row matches when its error is at most ``allowed_error = tolerance * max(1, max |recorded|)``.
+    rows
+        rows with a recorded advantage (the others are not fitted).
+    """
+
+    best_match: str | None
+    matched: bool
+    fits: tuple[PresetFit, ...]
+    equivalent: tuple[str, ...]
+    tolerance: float
+    allowed_error: float
+    rows: int
+
+    @property
+    def closest(self) -> PresetFit | None:
+        """The best fit, whether or not it is within tolerance (None when no scheme could run)."""
+        return self.fits[0] if self.fits else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``best_match``, ``matched``, ``equivalent``, ``tolerance``, ``allowed_error``, ``rows``
+        and ``fits`` (``scheme``, ``max_error``, ``mean_error``, ``share_within_tolerance``, ``undefined``).
+
+        An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
+        """
+        from ._report import json_value
+
+        return json_value(
+            {
+                "best_match": self.best_match,
+                "matched": self.matched,
+                "equivalent": list(self.equivalent),
+                "tolerance": self.tolerance,
+                "allowed_error": self.allowed_error,
+                "rows": self.rows,
+                "fits": [fit._asdict() for fit in self.fits],
+            }
+        )
+
+
+def detect_scheme(
+    table: pa.Table,
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    schemes: Iterable[str | Scheme] | None = None,
+    device: str = "auto",
+) -> Detection:
+    """Which scheme produced the table's recorded advantages: every candidate fitted, the best named.
+
+    ``schemes`` defaults to :func:`candidate_schemes` (every preset that runs without parameters, and the
+    slicing presets with ``n`` inferred from uniform prompt sizes). A table without recorded advantages
+    gives ``best_match=None`` and no fits.
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[1.0, 3.0, 0.0, 0.0], prompt=[0, 0, 1, 1],
+    ...                          recorded_advantage=[-1.0, 1.0, 0.0, 0.0])
+    >>> rollaudit.detect_scheme(t).best_match
+    'dr-grpo'
+    """
+    from ._kernel import encode
+
+    table = validate_table(table)
+    if not has_recorded(table):
+        return Detection(None, False, (), (), tolerance, tolerance, 0)
+    specs = candidate_schemes(table) if schemes is None else list(schemes)
+    return detect_encoded(encode(table, device), table, specs, tolerance)
+
+
+def detect_encoded(
+    encoded: Encoded,
+    table: pa.Table,
+    schemes: Iterable[str | Scheme],
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    computed: Mapping[str, torch.Tensor] | None = None,
+) -> Detection:
+    """:func:`detect_scheme` on a validated table already encoded (``audit`` reuses its encoding and its
+    recomputed advantages, ``computed``, by scheme string)."""
+    present = recorded_mask(table)
+    recorded = _recorded_on(table, present)
+    fitted = _fit_schemes(encoded, present, recorded, schemes, tolerance, computed)
+    fits = tuple(fit for fit, _ in fitted)
+    matched = bool(fits) and fits[0].share_within_tolerance == 1.0
+    equivalent = tuple(fit.scheme for fit, digest in fitted[1:] if digest == fitted[0][1]) if fitted else ()
+    return Detection(
+        best_match=fits[0].scheme if matched else None,
+        matched=matched,
+        fits=fits,
+        equivalent=equivalent,
+        tolerance=tolerance,
+        allowed_error=tolerance * error_scale(recorded),
+        rows=int(present.sum()),
+    )
+
+
+__all__ = [
+    "DEFAULT_RECORDED_TOLERANCE",
+    "Detection",
+    "PresetFit",
+    "candidate_schemes",
+    "detect_scheme",
+    "fit_presets",
+    "has_recorded",
+    "recorded_values",
+    "uniform_prompt_size",
+]

@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 from ._detect import DEFAULT_RECORDED_TOLERANCE, advantage_errors, error_scale, fit_presets, recorded_mask
 from ._errors import GateFailed, SchemeError, UsageError
 from ._output import write_atomic
-from ._report import json_value
+from ._report import RECORDED_ROW, json_value
 from ._schemes import get_scheme, split_schemes
 from ._table import POSITION, PROMPT, RECORDED_ADVANTAGE, REWARD, STEP, TRAJECTORY, validate_table
 
@@ -1009,6 +1009,8 @@ def baseline_document(report: Report) -> dict[str, Any]:
             "summary": {
                 str(scheme): {metric: row[metric] for metric in METRIC_NAMES if metric in row.index}
                 for scheme, row in report.summary.iterrows()
+                # The recorded row is data, not a scheme: a baseline holds what can be recomputed.
+                if scheme != RECORDED_ROW
             },
         }
     )

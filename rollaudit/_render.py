@@ -22,6 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ._report import RECORDED_ROW
+
 if TYPE_CHECKING:
     from ._report import Report
 
@@ -38,6 +40,9 @@ _KEY_WIDTH = 24
 _FOLDED_FIRST_COLUMN = 16
 # A first column folded narrower than this is harder to read than a hidden column.
 _FIRST_COLUMN_FLOOR = 14
+# Presets shown in the fit table of recorded advantages: the match and the nearest misses tell the story.
+_FIT_ROWS = 5
+_EQUIVALENT_SHOWN = 3
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -200,8 +205,9 @@ def notes(report: Report) -> list[str]:
             f"{plural(info['nonfinite_rewards'], 'sample')} with a NaN or infinite reward ({rows}); "
             "left out of every statistic and comparison"
         )
-    if _has_undefined(report):
-        undefined = report.summary["undefined"]
+    # The recorded row's samples without a recorded value are counted by the recorded sentence, not here.
+    undefined = report.summary["undefined"].drop(RECORDED_ROW, errors="ignore") if _has_undefined(report) else None
+    if undefined is not None and bool((undefined > 0).any()):
         where = [str(scheme) for scheme, number_of in undefined.items() if number_of > 0]
         under = "every scheme" if len(where) == len(undefined) else ", ".join(where)
         samples = plural(int(undefined.max()), "sample")
@@ -242,6 +248,101 @@ def verdicts(report: Report) -> list[str]:
             extras.append(f"{ratio(row['nonzero_inflation'])} as many non-zero advantages")
         lines.append(sentence + ("; " + ", ".join(extras) if extras else ""))
     return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Recorded advantages: which preset the trainer's own advantages come from (``Report.recorded``).
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def fit_error(value: Any) -> str:
+    """A fit's error: two significant digits; None (inf in the report: one side NaN) as ∞."""
+    return "∞" if value is None or (isinstance(value, float) and math.isinf(value)) else number(value, 2)
+
+
+def small_number(value: Any) -> str:
+    """A tolerance: ``1e-04``, ``1.5e-04``, ``0.002``."""
+    if _undefined(value):
+        return NOT_AVAILABLE
+    value = float(value)
+    if value == 0 or value >= 1e-3:
+        return number(value, 2)
+    mantissa, _, exponent = f"{value:.1e}".partition("e")
+    return f"{mantissa.removesuffix('.0')}e{exponent}"
+
+
+def tolerance_text(recorded: Mapping[str, Any]) -> str:
+    """``1e-04``, or ``1e-04 × max |recorded| = 1.5e-04`` when the tolerance was scaled to large advantages."""
+    tolerance, allowed = float(recorded["tolerance"]), float(recorded["allowed_error"])
+    if allowed == tolerance:
+        return small_number(tolerance)
+    return f"{small_number(tolerance)} × max |recorded| = {small_number(allowed)}"
+
+
+def recorded_sentence(report: Report, code: Callable[[str], str] = _plain) -> str:
+    """What the recorded advantages are, in one sentence: the preset they match (or the closest one, saying
+    that none matches) and how their signs compare with the reference. ``code`` marks up scheme strings."""
+    recorded = report.recorded or {}
+    rows, samples = int(recorded.get("rows", 0)), int(report.info.get("samples", 0))
+    subject = "recorded advantages" + (f" ({count(rows)} of {count(samples)} samples)" if rows < samples else "")
+    fits = recorded.get("fits", [])
+    best_match = recorded.get("best_match")
+    equivalent = list(recorded.get("equivalent", []))
+    if best_match is not None:
+        text = f"{subject} match {code(best_match)} (max err {fit_error(fits[0]['max_error'])}"
+        if equivalent:
+            # Ties are named: the recorded values cannot tell these schemes apart on this table.
+            shown = ", ".join(code(scheme) for scheme in equivalent[:_EQUIVALENT_SHOWN])
+            more = len(equivalent) - _EQUIVALENT_SHOWN
+            text += f"; the same numbers: {shown}" + (f" and {more} more" if more > 0 else "")
+        text += ")"
+    elif fits:
+        closest = fits[0]
+        text = (
+            f"{subject} match no preset within {tolerance_text(recorded)}; closest: {code(closest['scheme'])} "
+            f"({percent(closest['share_within_tolerance'])} of samples within tolerance, "
+            f"max err {fit_error(closest['max_error'])})"
+        )
+    else:
+        return f"{subject}: no preset can run on this table to compare them with"
+    if best_match is not None and report.reference in (best_match, *equivalent):
+        return text  # they are the reference's numbers: no sign can differ
+    if RECORDED_ROW in report.summary.index:
+        flips = report.summary.loc[RECORDED_ROW, "sign_flip_rate"]
+        if not _undefined(flips):
+            reference = code(report.reference)
+            text += (
+                f"; they have the same signs as {reference}"
+                if flips == 0
+                else f"; they differ in sign from {reference} on {percent(flips)} of samples"
+            )
+    return text
+
+
+def recorded_fit_rows(report: Report, limit: int = _FIT_ROWS) -> tuple[str, list[str], list[list[str]]]:
+    """(title, header, rows) of the best ``limit`` fits; an ``undefined`` column only where some fit has one."""
+    recorded = report.recorded or {}
+    fits = recorded.get("fits", [])
+    shown = fits[:limit]
+    with_undefined = any(fit.get("undefined") for fit in shown)
+    within = f"within\n±{small_number(recorded.get('allowed_error'))}"
+    header = ["scheme", "max err", "mean err", within, *(["unde-\nfined"] if with_undefined else [])]
+    rows = []
+    for fit in shown:
+        row = [
+            str(fit["scheme"]),
+            fit_error(fit["max_error"]),
+            fit_error(fit["mean_error"]),
+            percent(fit["share_within_tolerance"]),
+        ]
+        rows.append(row + ([count(fit.get("undefined", 0))] if with_undefined else []))
+    more = f" (best {len(shown)} of {len(fits)})" if len(shown) < len(fits) else ""
+    # The tolerance itself heads the share column; how it was scaled is in the sentence when nothing matched.
+    title = f"Fit of each preset to the recorded advantages{more}"
+    return title, header, rows
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -287,7 +388,11 @@ def histogram_lines(sizes: Mapping[int, int], width: int = _BAR_WIDTH) -> list[s
 
 
 def _others(report: Report) -> list[str]:
-    return [scheme for scheme in report.schemes if scheme != report.reference]
+    """The schemes compared with the reference in the prompt tables, and the recorded advantages when present."""
+    others = [scheme for scheme in report.schemes if scheme != report.reference]
+    if f"flips:{RECORDED_ROW}" in report.per_prompt.columns:
+        others.append(RECORDED_ROW)
+    return others
 
 
 def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], list[list[str]]]:
@@ -435,7 +540,8 @@ def metrics_table(report: Report) -> FittedTable:
     styles: list[str | None] = []
     for scheme, row in report.summary.iterrows():
         is_reference = scheme == report.reference
-        label = Text(str(scheme), style="bold") + (Text(" (ref)", style="dim") if is_reference else Text(""))
+        label = Text(str(scheme), style="bold italic" if scheme == RECORDED_ROW else "bold")
+        label += Text(" (ref)", style="dim") if is_reference else Text("")
         cells = [Text(formatter(row[metric])) for _, metric, formatter in columns]
         if not is_reference and not _undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0:
             cells[0].stylize("bold red")
@@ -477,6 +583,22 @@ def _prompt_table(title: str, header: list[str], rows: list[list[str]], referenc
     )
 
 
+def _recorded_renderables(report: Report) -> list[RenderableType]:
+    """The recorded sentence (the matched scheme in bold green, no match in yellow) and the fit table."""
+    matched = (report.recorded or {}).get("best_match") is not None
+    sentence = Text(recorded_sentence(report))
+    sentence.highlight_words([str(report.recorded.get("best_match"))] if matched else [], style="bold green")
+    if not matched:
+        sentence.stylize("yellow")
+    title, header, rows = recorded_fit_rows(report)
+    if not rows:
+        return [sentence]
+    styles: list[str | None] = [("green" if matched else None), *([None] * (len(rows) - 1))]
+    # The title on a line of its own: as a table title it would wrap to the width of this narrow table.
+    table = FittedTable(title="", header=header, rows=list(rows), row_styles=styles, first_max_width=_KEY_WIDTH + 16)
+    return [sentence, Text(""), Text(title), table]
+
+
 def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> RenderableType:
     """The terminal report of ``rollaudit compare``: header, histograms, metrics, verdicts, worst prompts."""
     parts: list[RenderableType] = [
@@ -496,6 +618,8 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     parts.append(findings)
     for line in notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
+    if report.recorded is not None:
+        parts += [Text(""), *_recorded_renderables(report)]
     for title, header, rows in _prompt_sections(report, top):
         parts += [Text(""), _prompt_table(title, header, rows, report.reference)]
     return Group(*parts)
@@ -548,6 +672,13 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     for line in notes(report):
         lines.append(f"- ⚠️ {line}")
     lines.append("")
+    if report.recorded is not None:
+        sentence = recorded_sentence(report, code=_code)
+        lines += [sentence[:1].upper() + sentence[1:] + ".", ""]
+        title, header, fit_rows = recorded_fit_rows(report)
+        if fit_rows:
+            rows = [[_code(row[0]), *row[1:]] for row in fit_rows]
+            lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
     for title, header, prompt_table_rows in _prompt_sections(report, top):
         lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], prompt_table_rows), ""]
     if report.histograms:
@@ -652,6 +783,8 @@ __all__ = [
     "number",
     "percent",
     "ratio",
+    "recorded_fit_rows",
+    "recorded_sentence",
     "render_compare",
     "render_inspect",
     "render_markdown",

@@ -10,6 +10,9 @@ from typing import Any
 import pandas as pd
 
 SCHEMA_VERSION = 1
+RECORDED_ROW = "recorded"
+"""The name of the row (of ``summary``, ``per_step``, the per-prompt columns) that audits the advantages
+recorded in the dump; no scheme may take it."""
 
 
 def json_value(value: Any) -> Any:
@@ -35,6 +38,13 @@ class Report:
     mean reward, mean advantage under each scheme, and sign flips and
     spurious advantages against the reference. ``histograms``: the three
     group-size histograms, ``{size: count}``. ``info``: counts and data issues.
+
+    ``recorded``: when the table holds the trainer's own advantages, which
+    scheme they come from (:meth:`rollaudit.Detection.to_dict`: ``best_match``,
+    None when no preset matches, and the fit of each preset), else None. The
+    recorded advantages are then audited like a scheme, in a row named
+    ``recorded`` (of ``summary``, ``per_step`` and the per-prompt columns),
+    which ``schemes`` does not list: it is not a scheme one can recompute.
     """
 
     reference: str
@@ -98,6 +108,10 @@ class Report:
             f"{info.get('prompts', 0)} prompts, {info.get('trajectories', 0)} trajectories; "
             f"reference <code>{html.escape(self.reference)}</code></p>"
         )
+        if self.recorded is not None:
+            from ._render import recorded_sentence
+
+            head += f"<p>{html.escape(recorded_sentence(self))}</p>"
         worst = self.worst_prompts(5)
         tail = "" if worst.empty else "<p>Worst prompts</p>" + worst.to_html()
         return head + self.summary.to_html(float_format=lambda value: f"{value:.4g}", na_rep="n/a") + tail

@@ -29,6 +29,11 @@ FANOUT_FILE = FANOUT / "rollout_data" / "3.pt"
 UNIFORM = SAMPLES / "uniform.pt"
 DUMP_DETAILS = SAMPLES / "dump_details"
 REWARD_KEY = SAMPLES / "reward_key.pt"
+TRL = SAMPLES / "trl"
+AGL = SAMPLES / "agl" / "rollouts.parquet"
+NEMO = SAMPLES / "nemo" / "train_data_step3.jsonl"
+GENERIC_CSV = SAMPLES / "generic" / "rollouts.csv"
+VERL = SAMPLES / "verl" / "rollout_data"
 TOL = 1e-6
 EPS = 1e-6
 
@@ -269,7 +274,7 @@ def test_compare_n_samples_per_prompt_passes_through(monkeypatch):
     monkeypatch.setattr(rollaudit, "load", spy)
     result = run("compare", UNIFORM, "--n-samples-per-prompt", "8", "--json", "--device", "cpu")
     assert result.exit_code == 0, result.stderr
-    assert seen["n_samples_per_prompt"] == 8 and seen["reward_key"] is None
+    assert seen["n_samples_per_prompt"] == 8 and "reward_key" not in seen  # only the options given
     assert json.loads(result.stdout)["info"]["device"] == "cpu"
 
 
@@ -469,6 +474,151 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Table loader options (verl, TRL, generic): shared by every command that reads dumps.
+
+TABLE_OPTIONS = (
+    "--reward-col",
+    "--prompt-col",
+    "--trajectory-col",
+    "--step-col",
+    "--advantage-col",
+    "--mask-col",
+    "--token-reduce",
+    "--reward-columns",
+    "--reward-weights",
+    "--num-generations",
+)
+
+
+@pytest.mark.parametrize("command", ["compare", "inspect", "convert", "gate"])
+def test_every_command_that_reads_dumps_takes_the_table_options(command):
+    result = run(command, "--help", columns=200)
+    assert result.exit_code == 0
+    for option in TABLE_OPTIONS:
+        assert option in result.stdout, option
+
+
+def test_table_options_reach_load_with_their_types_and_only_when_given(monkeypatch):
+    seen: dict = {}
+    real_load = rollaudit.load
+
+    def spy(paths, **options):
+        seen.clear()
+        seen.update(options)
+        return real_load(paths, format=options["format"], on_file=options["on_file"])
+
+    monkeypatch.setattr(rollaudit, "load", spy)
+    given = ["--reward-col", "score", "--prompt-col", "uid", "--trajectory-col", "traj_uid", "--step-col", "step"]
+    given += ["--advantage-col", "adv", "--mask-col", "mask", "--token-reduce", "mean", "--num-generations", "2"]
+    given += ["--reward-columns", " a, b ", "--reward-weights", "1,0.5"]
+    assert run("inspect", GENERIC_CSV, *given, "--json").exit_code == 0
+    assert {name: value for name, value in seen.items() if name not in ("format", "on_file")} == {
+        "reward_col": "score",
+        "prompt_col": "uid",
+        "trajectory_col": "traj_uid",
+        "step_col": "step",
+        "advantage_col": "adv",
+        "mask_col": "mask",
+        "token_reduce": "mean",
+        "num_generations": 2,
+        "reward_columns": ["a", "b"],
+        "reward_weights": [1.0, 0.5],
+    }
+    assert run("compare", GENERIC_CSV, "--reward-weights", "acc=1, fmt=-0.5", "--json").exit_code == 0
+    assert seen["reward_weights"] == {"acc": 1.0, "fmt": -0.5}
+    assert run("compare", GENERIC_CSV, "--json").exit_code == 0
+    assert set(seen) == {"format", "on_file"}  # nothing given: load keeps its own defaults
+
+
+def _nan_as_text(rows: list[dict]) -> list[dict]:
+    return [{key: "NaN" if value != value else value for key, value in row.items()} for row in rows]
+
+
+@pytest.mark.filterwarnings("ignore::rollaudit.RollauditWarning")  # the TRL sample's unscorable row 18
+@pytest.mark.parametrize(
+    ("dump", "args", "options"),
+    [
+        (
+            AGL,
+            ["--prompt-col", "rollout_id", "--trajectory-col", "sequence_id"],
+            {"prompt_col": "rollout_id", "trajectory_col": "sequence_id"},
+        ),
+        (AGL, ["--step-col", "attempt"], {"step_col": "attempt"}),
+        (GENERIC_CSV, ["--reward-col", "response_length"], {"reward_col": "response_length"}),
+        (VERL, ["--reward-col", "acc"], {"reward_col": "acc"}),
+        (
+            NEMO,
+            ["--advantage-col", "generation_logprobs", "--token-reduce", "mean"],
+            {"advantage_col": "generation_logprobs", "token_reduce": "mean"},
+        ),
+        (
+            NEMO,
+            ["--mask-col", "token_loss_mask", "--token-reduce", "last"],
+            {"mask_col": "token_loss_mask", "token_reduce": "last"},
+        ),
+        (TRL, ["--reward-columns", "accuracy_reward"], {"reward_columns": ["accuracy_reward"]}),
+        (TRL, ["--reward-weights", "1,0.5"], {"reward_weights": [1, 0.5]}),
+        (
+            TRL,
+            ["--reward-weights", "format_reward=0.5,accuracy_reward=1"],
+            {"reward_weights": {"format_reward": 0.5, "accuracy_reward": 1}},
+        ),
+        (TRL, ["--num-generations", "2"], {"num_generations": 2}),
+    ],
+)
+def test_table_options_load_what_the_library_loads(tmp_path, dump, args, options):
+    target = tmp_path / "table.parquet"
+    result = run("convert", dump, "-o", target, "-q", *args)
+    assert result.exit_code == 0, result.stderr
+    written, loaded = pq.read_table(target), rollaudit.load(dump, **options)
+    assert written.schema == loaded.schema
+    assert _nan_as_text(written.to_pylist()) == _nan_as_text(loaded.to_pylist())  # NaN rewards: NaN != NaN
+
+
+@pytest.mark.filterwarnings("ignore::rollaudit.RollauditWarning")
+def test_table_options_change_the_audit():
+    # Two reward functions weighted 1 and 0.5 instead of 1 and 1: the JSON report is the library's on that load.
+    result = run("compare", TRL, "--reward-weights", "1,0.5", "--json")
+    assert result.exit_code == 0, result.stderr
+    table = rollaudit.load(TRL, reward_weights=[1, 0.5])
+    assert json.loads(result.stdout)["summary"] == rollaudit.audit(table, device="cpu").to_dict()["summary"]
+    # agent-lightning: each attempt a prompt of its own instead of each task.
+    default = json.loads(run("inspect", AGL, "--json").stdout)
+    by_attempt = json.loads(run("inspect", AGL, "--prompt-col", "rollout_id", "--json").stdout)
+    assert (default["prompts"], by_attempt["prompts"]) == (4, 9)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["inspect", TRL, "--reward-weights", "1,x"], "--reward-weights '1,x': 'x' is not a finite number"),
+        (["inspect", TRL, "--reward-weights", "1,nan"], "'nan' is not a finite number"),
+        (["compare", TRL, "--reward-weights", "accuracy_reward=1,2"], "mixes weights by name and by position"),
+        (["compare", TRL, "--reward-weights", "=1"], "has no column name"),
+        (["compare", TRL, "--reward-weights", "a=1,a=2"], "names 'a' twice"),
+        (["inspect", TRL, "--reward-weights", "1,0.5,2"], "3 reward_weights for 2 reward columns"),
+        (["inspect", TRL, "--reward-weights", "accuracy_reward=1,nope=2"], "reward_weights names 'nope'"),
+        (["convert", TRL, "-o", "x.parquet", "--reward-columns", "a,,b"], "has an empty column name"),
+        (["inspect", TRL, "--reward-columns", "nope"], "nope"),
+        (["inspect", AGL, "--prompt-col", ""], "--prompt-col is empty"),
+        (["inspect", AGL, "--prompt-col", "nope"], "no column 'nope' for the prompt key"),
+        (["inspect", NEMO, "--token-reduce", "median"], "'median' is not one of 'first', 'last', 'mean'"),
+        (["inspect", TRL, "--num-generations", "0"], "--num-generations"),
+        (["inspect", TRL, "--num-generations", "5"], "num_generations"),
+        (["gate", TRL, "--require", "prompt-key", "--reward-col", "nope"], "nope"),
+    ],
+)
+def test_bad_table_options_are_one_line_with_exit_2(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run(*args)
+    assert result.exit_code == 2 and result.stdout == "", (result.stdout, result.stderr)
+    # The TRL sample's load warns (one line) about its unscorable row before the error can come.
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert fragment in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The installed entry point, in real subprocesses.
 
 
@@ -483,7 +633,8 @@ def test_help_imports_neither_torch_nor_matplotlib_nor_pandas():
     code = (
         "import sys\n"
         "from rollaudit._cli import main\n"
-        "for argv in (['--help'], ['compare', '--help'], ['inspect', '--help'], ['convert', '--help']):\n"
+        "for argv in (['--help'], ['compare', '--help'], ['inspect', '--help'], ['convert', '--help'],\n"
+        "             ['gate', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit as exit:\n"

@@ -602,3 +602,13 @@ def test_the_legacy_behaviour_gate_passes_on_the_uniform_dump_and_fails_on_fanou
     assert uniform.passed and only(uniform).measured == 0.0
     fanout = run_gate(rollaudit.load(sample_dump("fanout/rollout_data")), config, device="cpu")
     assert not fanout.passed and "23.86%" in only(fanout).message
+
+
+@pytest.mark.filterwarnings("ignore::rollaudit.RollauditWarning")  # the sample's unscorable row, on purpose
+def test_baseline_of_a_dump_with_recorded_advantages_reads_back(tmp_path):
+    table = rollaudit.load(sample_dump("trl/completions/completions_00010.parquet"))
+    config = gate_config(GateConfig(), max_rules=["batch:sign_flip_rate=1"])
+    result = run_gate(table, config, device="cpu")
+    path = write_baseline(tmp_path / "baseline.json", result.report)
+    baseline = read_baseline(path)
+    assert "recorded" not in baseline.summary and "batch" in baseline.summary
