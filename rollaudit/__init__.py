@@ -34,7 +34,7 @@ _EXPORTS = {
     "DEFAULT_SCHEMES": "._api",
     "Report": "._report",
     "SCHEMA_VERSION": "._report",
-    "METRICS": "._metrics",
+    "METRICS": "._metric_names",
     "load": "._load",
     "RollauditError": "._errors",
     "InputError": "._errors",
@@ -103,7 +103,7 @@ if TYPE_CHECKING:
     from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
     from ._inspect import describe
     from ._load import FORMATS, detect_format, expand_paths, load
-    from ._metrics import METRICS
+    from ._metric_names import METRICS
     from ._report import SCHEMA_VERSION, Report
     from ._schemes import PRESETS, Scheme, get_scheme, split_schemes
     from ._table import CANONICAL_COLUMNS, make_table, validate_table

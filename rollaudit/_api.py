@@ -94,7 +94,8 @@ def audit(
     >>> int(rollaudit.audit(t).summary.loc["batch", "spurious_nonzero"])
     2
     """
-    from ._metrics import COUNT_METRICS, METRICS, compare, histograms, per_prompt, prompt_groups, step_of_groups
+    from ._metric_names import COUNT_METRICS, METRICS
+    from ._metrics import compare, histograms, per_prompt, prompt_groups, step_of_groups
 
     started = time.perf_counter()
     table = validate_table(table)

@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 
 from ._detect import DEFAULT_RECORDED_TOLERANCE, advantage_errors, error_scale, fit_presets, recorded_mask
 from ._errors import GateFailed, SchemeError, UsageError
+from ._metric_names import METRICS, RATE_METRICS
 from ._output import write_atomic
 from ._report import RECORDED_ROW, json_value
 from ._schemes import get_scheme, split_schemes
@@ -79,23 +80,7 @@ BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "rollaudit-baseline"
 DEFAULT_GATE_SCHEMES = ("batch", "prompt", "trajectory")
 
-# The metric names of ``rollaudit._metrics.METRICS``, repeated here so that parsing a rule never imports torch.
-METRIC_NAMES = (
-    "sign_flip_rate",
-    "strict_flip_rate",
-    "nonzero",
-    "nonzero_reference",
-    "nonzero_inflation",
-    "spurious_nonzero",
-    "lost_signal",
-    "max_abs_diff",
-    "mean_abs_diff",
-    "token_flip_rate",
-    "advantage_cosine",
-    "compared",
-    "undefined",
-)
-RATE_METRICS = frozenset({"sign_flip_rate", "strict_flip_rate", "token_flip_rate", "advantage_cosine"})
+METRIC_NAMES = METRICS  # the gate parses metric names without importing torch
 """Metrics whose values are shares (cosine: a signed share): a ``%`` on them means percentage points."""
 
 _UNDEFINED_BECAUSE = {

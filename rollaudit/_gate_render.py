@@ -45,17 +45,19 @@ def measured_text(result: RuleResult) -> str:
     return format_value(result.measured, _metric_of(result))
 
 
+def _rule_count(result: GateResult) -> str:
+    """``1 rule``, ``3 rules``, or ``1 of 2 rules`` (failed of all) when some failed."""
+    count = len(result.results)
+    noun = "rule" if count == 1 else "rules"
+    return f"{len(result.failures)} of {count} {noun}" if result.failures else f"{count} {noun}"
+
+
 def terminal(result: GateResult) -> Table:
     """A rich table: one row per rule with its measured value, limit, PASS/FAIL and the explanation."""
     from rich.table import Table
     from rich.text import Text
 
-    failed = len(result.failures)
-    title = (
-        f"rollaudit gate: PASSED ({len(result.results)} rules)"
-        if result.passed
-        else f"rollaudit gate: FAILED ({failed} of {len(result.results)} rules)"
-    )
+    title = f"rollaudit gate: {'PASSED' if result.passed else 'FAILED'} ({_rule_count(result)})"
     table = Table(title=title, title_justify="left", caption=f"reference: {result.reference}; {result.samples} samples")
     table.add_column("rule", overflow="fold")
     table.add_column("measured", justify="right")
@@ -153,11 +155,8 @@ def _cell(text: str) -> str:
 
 def step_summary_markdown(result: GateResult) -> str:
     """Markdown for ``$GITHUB_STEP_SUMMARY``: a verdict heading, one table row per rule, failures listed."""
-    count = len(result.results)
-    if result.passed:
-        heading = f"## ✅ rollaudit gate passed ({count} rule{'s' if count != 1 else ''})"
-    else:
-        heading = f"## ❌ rollaudit gate failed ({len(result.failures)} of {count} rules)"
+    heading = f"## {'✅' if result.passed else '❌'} rollaudit gate {'passed' if result.passed else 'failed'}"
+    heading += f" ({_rule_count(result)})"
     lines = [
         heading,
         "",

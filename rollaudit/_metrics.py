@@ -13,25 +13,8 @@ import numpy as np
 import torch
 
 from ._kernel import F64, Encoded, densify, group_codes, trajectory_units
+from ._metric_names import METRICS
 from ._schemes import Scheme
-
-# Column order of the summary: the spec's names.
-METRICS = (
-    "sign_flip_rate",
-    "strict_flip_rate",
-    "nonzero",
-    "nonzero_reference",
-    "nonzero_inflation",
-    "spurious_nonzero",
-    "lost_signal",
-    "max_abs_diff",
-    "mean_abs_diff",
-    "token_flip_rate",
-    "advantage_cosine",
-    "compared",
-    "undefined",
-)
-COUNT_METRICS = frozenset({"nonzero", "nonzero_reference", "spurious_nonzero", "lost_signal", "compared", "undefined"})
 
 
 def sign(values: torch.Tensor, tol: float) -> torch.Tensor:

@@ -77,7 +77,7 @@ def test_sign_flip_bound_fails_on_fanout_with_exit_1_and_names_the_measured_rate
     result = gate(FANOUT, "--max", SIGN_FLIPS_1_PERCENT)
     assert result.exit_code == 1, result.stderr
     out = result.stdout
-    assert "rollaudit gate: FAILED (1 of 1 rules)" in out
+    assert "rollaudit gate: FAILED (1 of 1 rule)" in out
     row = next(line for line in out.splitlines() if "max batch:sign_flip_rate" in line)
     assert "0.2386 (23.86%)" in row and "<= 0.01 (1%)" in row and "FAIL" in row
     assert "batch:sign_flip_rate vs prompt = 0.2386 (23.86%), above the maximum 0.01 (1%)" in out
@@ -94,7 +94,7 @@ def test_the_same_gate_passes_on_the_uniform_dump_with_exit_0():
     result = gate(UNIFORM, "--max", SIGN_FLIPS_1_PERCENT)
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
-    assert "rollaudit gate: PASSED (1 rules)" in result.stdout
+    assert "rollaudit gate: PASSED (1 rule)" in result.stdout
     row = next(line for line in result.stdout.splitlines() if "max batch:sign_flip_rate" in line)
     assert "0 (0%)" in row and "PASS" in row
     document = gate_json(UNIFORM, "--max", "batch:sign_flip_rate=1%", code=0)
