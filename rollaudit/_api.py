@@ -152,6 +152,7 @@ def audit(
         prompts[whole] = prompts[whole].astype("int64")
         info["prompts"] = groups.count
         info["trajectories"] = int(groups.trajectories.sum())
+    step_groups = _step_groups(prompts)
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
     return Report(
@@ -163,6 +164,25 @@ def audit(
         histograms=group_histograms,
         info=info,
         recorded=recorded,
+        step_groups=step_groups,
+    )
+
+
+def _step_groups(prompts: pd.DataFrame) -> pd.DataFrame:
+    """Per step: how many prompts, samples and trajectories, and how uneven the prompt groups are."""
+    if prompts.empty:
+        return pd.DataFrame()
+    sizes = prompts.groupby("step")["samples"]
+    return pd.DataFrame(
+        {
+            "prompts": sizes.size(),
+            "samples": sizes.sum(),
+            "trajectories": prompts.groupby("step")["trajectories"].sum(),
+            "smallest_group": sizes.min(),
+            "median_group": sizes.median(),
+            "largest_group": sizes.max(),
+            "group_size_std": sizes.std(ddof=0),
+        }
     )
 
 

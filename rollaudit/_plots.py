@@ -93,9 +93,10 @@ def advantage_scatter_figure(report: Report, advantages: Mapping[str, np.ndarray
 
 
 def per_step_figure(report: Report) -> Figure:
-    """Sign-flip rate and non-zero inflation per step, one line per scheme other than the reference."""
-    figure = Figure(figsize=(11, 4), dpi=DPI, layout="constrained")
-    flip_axis, inflation_axis = figure.subplots(1, 2)
+    """Sign-flip rate and non-zero inflation per step, one line per scheme other than the reference, and the
+    spread of prompt-group sizes per step (smallest, median, largest)."""
+    figure = Figure(figsize=(15, 4), dpi=DPI, layout="constrained")
+    flip_axis, inflation_axis, size_axis = figure.subplots(1, 3)
     per_step = report.per_step.reset_index()
     for scheme in report.schemes:
         if scheme == report.reference:
@@ -110,7 +111,16 @@ def per_step_figure(report: Report) -> Figure:
     inflation_axis.set_xlabel("step")
     inflation_axis.set_ylabel(f"non-zero advantages / non-zero under {report.reference}")
     inflation_axis.axhline(1, color="grey", linewidth=0.8, linestyle="--")
-    for axis in (flip_axis, inflation_axis):
+    groups = report.step_groups.sort_index()
+    if not groups.empty:
+        size_axis.fill_between(
+            groups.index, groups["smallest_group"], groups["largest_group"], alpha=0.25, label="range"
+        )
+        size_axis.plot(groups.index, groups["median_group"], marker="o", markersize=3, label="median")
+    size_axis.set_title("Prompt-group sizes")
+    size_axis.set_xlabel("step")
+    size_axis.set_ylabel("samples per prompt")
+    for axis in (flip_axis, inflation_axis, size_axis):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize="small")

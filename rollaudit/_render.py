@@ -446,6 +446,62 @@ def _prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], lis
     return sections
 
 
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One character per value, scaled from 0 to the largest; undefined values are a space."""
+    defined = [value for value in values if not _undefined(value)]
+    top = max(defined, default=0.0)
+    if top <= 0:
+        return "".join(" " if _undefined(value) else _SPARK[0] for value in values)
+    return "".join(
+        " " if _undefined(value) else _SPARK[min(len(_SPARK) - 1, int(value / top * (len(_SPARK) - 1) + 0.5))]
+        for value in values
+    )
+
+
+def trend_lines(report: Report) -> list[str]:
+    """Per scheme, its sign-flip rate over the steps as a sparkline with its range (runs of several steps)."""
+    per_step = report.per_step.reset_index()
+    lines = []
+    for scheme in per_step["scheme"].drop_duplicates():
+        if scheme == report.reference:
+            continue
+        rates = per_step[per_step["scheme"] == scheme].sort_values("step")["sign_flip_rate"].tolist()
+        defined = [rate for rate in rates if not _undefined(rate)]
+        if defined:
+            lines.append((scheme, f"{sparkline(rates)}  {percent(min(defined))} to {percent(max(defined))}"))
+    width = max((len(scheme) for scheme, _ in lines), default=0)
+    return [f"{scheme + ':':<{width + 1}} {trend}" for scheme, trend in lines]
+
+
+def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, header, rows) of the worst steps of a run, or None for a single step or no flips."""
+    steps = len(report.info.get("step_values", []))
+    worst = report.worst_steps(top)
+    if steps < 2 or worst.empty:
+        return None
+    schemes = [column.split(":", 1)[1] for column in worst.columns if column.startswith("sign_flip_rate:")]
+    header = ["step", "samples", "prompts", "group\nsizes"]
+    for scheme in schemes:
+        header += [f"{scheme}\nflips", f"{scheme}\ninflation"]
+    rows = []
+    for step, row in worst.iterrows():
+        sizes = "n/a"
+        if "smallest_group" in row:
+            sizes = f"{count(row['smallest_group'])}–{count(row['largest_group'])}"
+        cells = [str(step), count(row.get("samples")), count(row.get("prompts")), sizes]
+        for scheme in schemes:
+            cells += [percent(row[f"sign_flip_rate:{scheme}"]), ratio(row[f"nonzero_inflation:{scheme}"])]
+        rows.append(cells)
+    flipped = int((report.worst_steps(steps)["worst_flip_rate"] > 0).sum())
+    title = f"Worst steps: {flipped:,} of {steps:,} steps have samples whose sign differs from {report.reference}"
+    if len(rows) < flipped:
+        title += f" (top {len(rows)})"
+    return title, header, rows
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The terminal.
 
@@ -620,6 +676,16 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
         parts.append(Text(f"note: {line}", style="yellow"))
     if report.recorded is not None:
         parts += [Text(""), *_recorded_renderables(report)]
+    trend = trend_section(report, top)
+    if trend is not None:
+        title, header, rows = trend
+        parts += [Text(""), Text(f"Sign-flip rate by step ({len(report.info['step_values'])} steps)", style="bold")]
+        parts += [Text(line) for line in trend_lines(report)]
+        labels = [_split_scheme(name) for name in header]
+        # Narrow terminals lose the inflation columns first (last scheme first), then the group sizes.
+        inflations = [name for name in labels if name.endswith("inflation")]
+        drop_order = [*reversed(inflations), labels[3]]
+        parts += [Text(""), FittedTable(title=title, header=labels, rows=rows, drop_order=drop_order)]
     for title, header, rows in _prompt_sections(report, top):
         parts += [Text(""), _prompt_table(title, header, rows, report.reference)]
     return Group(*parts)
@@ -679,6 +745,14 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         if fit_rows:
             rows = [[_code(row[0]), *row[1:]] for row in fit_rows]
             lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
+    trend = trend_section(report, top)
+    if trend is not None:
+        title, header, rows = trend
+        lines += ["**Sign-flip rate by step**", ""]
+        for line in trend_lines(report):
+            scheme, _, trend = line.partition(":")
+            lines.append(f"- {_code(scheme)}: `{trend.strip()}`")
+        lines += ["", f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
     for title, header, prompt_table_rows in _prompt_sections(report, top):
         lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], prompt_table_rows), ""]
     if report.histograms:

@@ -55,6 +55,26 @@ class Report:
     histograms: dict[str, dict[int, int]]
     info: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Any] | None = None
+    step_groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def worst_steps(self, limit: int = 5) -> pd.DataFrame:
+        """Steps where a scheme (or the recorded advantages) flips the most signs against the reference.
+
+        One row per step: the sign-flip rate and non-zero inflation of every scheme but the reference,
+        with the step's group sizes; worst first by the highest flip rate of any scheme.
+        """
+        per_step = self.per_step.reset_index()
+        per_step = per_step[per_step["scheme"] != self.reference]
+        if per_step.empty:
+            return pd.DataFrame()
+        wide = per_step.pivot(index="step", columns="scheme", values=["sign_flip_rate", "nonzero_inflation"])
+        wide.columns = [f"{metric}:{scheme}" for metric, scheme in wide.columns]
+        flips = wide[[column for column in wide.columns if column.startswith("sign_flip_rate:")]]
+        wide = wide.assign(worst_flip_rate=flips.max(axis=1))
+        if not self.step_groups.empty:
+            wide = wide.join(self.step_groups)
+        ranked = wide.sort_values("worst_flip_rate", ascending=False, kind="stable")
+        return ranked[ranked["worst_flip_rate"] > 0].head(limit)
 
     def worst_prompts(self, limit: int = 10) -> pd.DataFrame:
         """Prompts where the schemes disagree most with the reference, most sign flips first."""
@@ -94,6 +114,8 @@ class Report:
             "histograms": {
                 name: {str(size): count for size, count in sizes.items()} for name, sizes in self.histograms.items()
             },
+            "step_groups": {str(step): row for step, row in self.step_groups.to_dict(orient="index").items()},
+            "worst_steps": self.worst_steps(10).reset_index().to_dict(orient="records"),
             "worst_prompts": self.worst_prompts().to_dict(orient="records"),
             "silent_prompts": self.silent_prompts().to_dict(orient="records"),
         }

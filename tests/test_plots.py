@@ -78,9 +78,12 @@ def test_per_step_figure(audited):
     report, _ = audited
     figure = _plots.per_step_figure(report)
     _assert_labelled(figure)
-    flip_axis, inflation_axis = figure.axes
+    flip_axis, inflation_axis, size_axis = figure.axes
     assert flip_axis.get_title() == "Sign-flip rate against prompt"
     assert inflation_axis.get_title() == "Non-zero inflation against prompt"
+    assert size_axis.get_title() == "Prompt-group sizes"
+    median_line = next(line for line in size_axis.get_lines() if line.get_label() == "median")
+    np.testing.assert_allclose(median_line.get_ydata(), report.step_groups.sort_index()["median_group"].to_numpy())
     batch_line = next(line for line in flip_axis.get_lines() if line.get_label() == "batch")
     assert list(batch_line.get_xdata()) == [0, 3, 5]
     per_step = report.per_step.xs("batch", level="scheme")
@@ -96,7 +99,7 @@ def test_write_plots_png_files(audited, tmp_path):
     expected = {
         "group_sizes.png": ((1200, 360), "Group sizes (178 samples)"),
         "advantage_scatter.png": ((840, 400), "Advantage under each scheme against the reference prompt; 178 samples"),
-        "per_step.png": ((1100, 400), "Per step (3 steps)"),
+        "per_step.png": ((1500, 400), "Per step (3 steps)"),
     }
     for path in paths:
         with Image.open(path) as image:

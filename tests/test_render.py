@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import math
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import rollaudit
+from rollaudit import _render
 from rollaudit._inspect import describe
 from rollaudit._render import (
     bar,
@@ -29,6 +31,7 @@ from rollaudit._render import (
 )
 
 LOAD = {"format": "slime", "files": ["dump.pt"], "bytes": 1234, "seconds": 0.5}
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
 
 def text_of(renderable, width: int = 100) -> str:
@@ -188,3 +191,23 @@ def test_narrow_terminal_hides_the_least_important_columns_and_says_so(seed_repo
     header = next(line for line in narrow.splitlines() if line.startswith("scheme"))
     assert "spurious" in header  # the columns that say how wrong survive
     assert "sign" in narrow.split("scheme")[0].splitlines()[-1]
+
+
+def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
+    table = rollaudit.load([SAMPLES / "fanout", SAMPLES / "uniform.pt", SAMPLES / "dump_details"])
+    report = rollaudit.audit(table)
+    worst = report.worst_steps()
+    # Step 0 (legacy batch-wide, uneven 1..7) flips most, step 3 next; the uniform step 5 flips nothing.
+    assert list(worst.index) == [0, 3]
+    assert worst.loc[0, "sign_flip_rate:batch"] == report.per_step.loc[(0, "batch"), "sign_flip_rate"]
+    assert (worst.loc[3, "smallest_group"], worst.loc[3, "largest_group"]) == (5, 28)
+    lines = _render.trend_lines(report)
+    assert lines[0].startswith("batch:") and "█▄▁" in lines[0] and "53.8%" in lines[0]
+    markdown = _render.render_markdown(report, {"files": ["run"]})
+    assert "**Worst steps: 2 of 3 steps have samples whose sign differs from prompt**" in markdown
+    assert "| 0 | 26 | 6 | 1–7 | 53.8% |" in markdown
+
+
+def test_sparkline_scales_to_the_largest_and_leaves_gaps_for_undefined():
+    assert _render.sparkline([0.0, 0.5, 1.0, float("nan")]) == "▁▅█ "
+    assert _render.sparkline([0.0, 0.0]) == "▁▁"
