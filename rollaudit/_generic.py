@@ -83,6 +83,7 @@ _MAX_BLOCK_BYTES = (1 << 31) - 1
 _FIRST_LINE_LIMIT = 1 << 22  # a verl line holds a whole decoded prompt and response: allow 4 MiB
 _MESSAGE_CHARS = 160
 _COLUMNS_SHOWN = 20
+_INT64_MAX = (1 << 63) - 1
 _STEP_IN_NAME = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 _ARROW_FILE_MAGIC = b"ARROW1"
 _FEATHER_V1_MAGIC = b"FEA1"
@@ -274,7 +275,7 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
     while True:
         try:
             read_options = pa_json.ReadOptions(block_size=block_size)
-            return pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
+            table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
             # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
             if "straddl" in str(error) and block_size < path.stat().st_size:
@@ -284,6 +285,42 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
             raise json_error(path, error, schema) from None
         except OSError as error:
             raise InputError(f"cannot read the file: {_short(error)}", file=str(path)) from None
+        return check_values(table, path, json_lines=True)
+
+
+def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa.Table:
+    """``table``, once every value is checked well-formed: pyarrow's JSON, Parquet and IPC readers pass on invalid
+    UTF-8 (and an IPC file's offsets) as they are, and such a value would fail later, far from the file."""
+    check_names(table.schema, path)
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        try:
+            column.validate(full=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            located = _locate_json_problem(path, None, None) if json_lines else None
+            raise InputError(
+                located or f"holds damaged values: {_short(error)}",
+                file=str(path),
+                field=None if located else name,
+                expected="UTF-8 text and well-formed values",
+            ) from None
+    return table
+
+
+def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
+    """``schema``, once its column names (nested field names too) are checked to be UTF-8: pyarrow decodes a name
+    only when it is asked for, and a damaged one would raise UnicodeDecodeError there."""
+    pending = list(schema)
+    try:
+        while pending:
+            field = pending.pop()
+            _ = field.name
+            kind = field.type
+            if pa.types.is_dictionary(kind):
+                pending.append(pa.field("values", kind.value_type))
+            pending.extend(kind.field(index) for index in range(kind.num_fields))
+    except UnicodeDecodeError:
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    return schema
 
 
 def json_error(path: Path, error: BaseException, schema: pa.Schema | None = None) -> InputError:
@@ -304,7 +341,7 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
     import pyarrow.csv as pa_csv
 
     try:
-        return pa_csv.read_csv(
+        table = pa_csv.read_csv(
             path,
             parse_options=pa_csv.ParseOptions(delimiter=delimiter),
             # A blank cell is a missing value in every column: a missing key or status, not an empty string.
@@ -319,6 +356,7 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
         ) from None
     except OSError as error:
         raise InputError(f"cannot read the file: {_short(error)}", file=str(path)) from None
+    return check_values(table, path)
 
 
 def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
@@ -334,7 +372,11 @@ def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
 
 
 def arrow_schema(path: Path, kind: str) -> pa.Schema:
-    """The schema of a Parquet or Arrow file, read from its footer (no data)."""
+    """The schema of a Parquet or Arrow file, read from its footer (no data); its names checked to be UTF-8."""
+    return check_names(_arrow_schema(path, kind), path)
+
+
+def _arrow_schema(path: Path, kind: str) -> pa.Schema:
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -368,15 +410,17 @@ def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
             import pyarrow.parquet as pq
 
             with pq.ParquetFile(path) as parquet:  # a file, never a dataset: no partitions read from its path
-                return parquet.read(columns=columns)
-        if kind == "arrow-stream":
+                table = parquet.read(columns=columns)
+        elif kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
-                return reader.read_all().select(columns)
-        import pyarrow.feather as feather
+                table = reader.read_all().select(columns)
+        else:
+            import pyarrow.feather as feather
 
-        return feather.read_table(path, columns=columns)
+            table = feather.read_table(path, columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as error:
         raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {_short(error)}", file=str(path)) from None
+    return check_values(table, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -443,7 +487,8 @@ def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> p
         array = array.dictionary_decode()
         kind = array.type
     if is_number(kind) or pa.types.is_boolean(kind) or pa.types.is_null(kind):
-        return array.cast(pa.float64())
+        # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
+        return array.cast(pa.float64(), safe=False)
     if _string_like(kind):
         try:
             return array.cast(pa.float64())
@@ -472,7 +517,10 @@ def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.
         array = array.dictionary_decode()
         kind = array.type
     if pa.types.is_integer(kind) or pa.types.is_null(kind):
-        return array.cast(pa.int64())
+        try:
+            return array.cast(pa.int64())
+        except pa.ArrowInvalid:  # uint64 keys past int64: still distinct keys, as text
+            return array.cast(pa.string())
     if _string_like(kind):
         return array.cast(pa.string())
     if pa.types.is_boolean(kind):
@@ -514,7 +562,7 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np
             expected="a step on every row",
         )
     if pa.types.is_integer(kind):
-        return array.cast(pa.int64()).to_numpy()
+        return _int64_values(array, path, field, "an integer step").to_numpy()
     values = float_values(array, path, field).to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values) | (values != np.floor(values))
@@ -529,10 +577,28 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np
     return values.astype(np.int64)
 
 
+def _int64_values(array: pa.Array, path: Path, field: str, expected: str) -> pa.Array:
+    """An integer column as int64; a uint64 value past int64 names its row."""
+    try:
+        return array.cast(pa.int64())
+    except pa.ArrowInvalid:
+        row = int(pc.index(pc.greater(array, pa.scalar(_INT64_MAX, pa.uint64())), True).as_py())
+        raise InputError(f"is {array[row].as_py()}", file=str(path), field=field, row=row, expected=expected) from None
+
+
 def step_in_name(path: Path) -> int | None:
     """``train_data_step12.jsonl`` -> 12."""
     match = _STEP_IN_NAME.search(path.stem)
-    return int(match.group(1)) if match else None
+    return name_step(match.group(1), path) if match else None
+
+
+def name_step(digits: str, path: Path) -> int:
+    """A step written in a file name, as an int64 (InputError past int64: no step is that large)."""
+    if len(digits) > 19 or int(digits) > _INT64_MAX:
+        raise InputError(
+            f"the step in the file name has {len(digits)} digits", file=str(path), expected="a step that fits int64"
+        )
+    return int(digits)
 
 
 def missing_to_nan(rewards: pa.Array) -> tuple[pa.Array, int]:
@@ -858,7 +924,7 @@ def whole_numbers(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> 
     """Token counts as int64 (integral floats accepted, as CSV and pandas write them; nulls stay unknown)."""
     array = _plain(array)
     if pa.types.is_integer(array.type):
-        return array.cast(pa.int64())
+        return _int64_values(array, path, field, "a whole number of tokens")
     numbers = float_values(array, path, field).to_numpy(zero_copy_only=False)
     known = ~np.isnan(numbers)
     with np.errstate(invalid="ignore"):
@@ -877,23 +943,37 @@ def whole_numbers(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> 
 def masked_in_counts(mask: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np.ndarray:
     """Tokens with a nonzero mask value, per row: the response tokens a per-token mask marks for training."""
     mask = _plain(mask)
+    if not _is_list(mask.type):
+        raise InputError(f"has type {mask.type}", file=str(path), field=field, expected="a per-token list")
     offsets = np.concatenate(([0], np.cumsum(_list_lengths(mask)))).astype(np.int64)
     kept_before = np.concatenate(([0], np.cumsum(_nonzero(pc.list_flatten(mask), path, field)))).astype(np.int64)
     return kept_before[offsets[1:]] - kept_before[offsets[:-1]]
 
 
+_HAS_STEPS = b"rollaudit.generic.has_steps"
+
+
+def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
+    """One table file to its canonical rows (all its steps in one table), whether it had steps in its metadata."""
+    tables, has_steps = read_file(path, options)
+    table = concat_tables([table for _, table in tables])
+    return table.replace_schema_metadata({_HAS_STEPS: b"1" if has_steps else b"0"})
+
+
 def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
     """Read generic tables: one canonical table per step; files of the same step form one batch, in order."""
+    return combine(paths, [reduce_file(path, options) for path in paths], options)
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """The reduced tables of generic files, in file order: one canonical table per step."""
     parts: dict[int, list[pa.Table]] = {}
     stepless: list[Path] = []
-    for path in paths:
-        tables, has_steps = read_file(path, options)
-        if not has_steps:
+    for path, file_table in zip(paths, reduced, strict=True):
+        if (file_table.schema.metadata or {}).get(_HAS_STEPS) != b"1":
             stepless.append(path)
-        for step, table in tables:
+        for step, table in split_steps(file_table.replace_schema_metadata()):
             parts.setdefault(step, []).append(table)
-        if options.on_file is not None:
-            options.on_file(str(path), path.stat().st_size)
     if len(stepless) > 1:
         warnings.warn(
             f"{len(stepless)} files have no step column and no step<N> in their name ({stepless[0]}, ...): "
@@ -912,8 +992,10 @@ __all__ = [
     "STEP_NAMES",
     "TOKEN_REDUCE_RULES",
     "TRAJECTORY_NAMES",
+    "combine",
     "detect",
     "expand_directory",
     "read",
+    "reduce_file",
     "sniff",
 ]

@@ -1,10 +1,14 @@
 """``rollaudit.load``: dump files, lists, directories or globs to one canonical table.
 
 Formats live in :data:`FORMATS`, a registry ``name -> Format``. A format says
-how to recognise one of its files (``detect``), how to read a list of its
-files into canonical tables (``read``, one table per step, each file reduced
-as soon as it is read), and optionally which files of a directory are its
-dumps (``expand_directory``). Adding a format is one entry there.
+how to recognise one of its files (``detect``), how to reduce one file to a
+small table (``reduce``: a module-level function, so that worker processes
+and Ray tasks can run it, and whose result the cache keeps), how to join the
+reduced tables of its files into canonical tables, one per step
+(``combine``, in this process), and optionally which files of a directory
+are its dumps (``expand_directory``). Adding a format is one entry there;
+it gets parallel reading, the cache and the Ray engine from
+:mod:`rollaudit._engine`.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
-from . import _generic, _slime, _trl, _verl
+from . import _engine, _generic, _slime, _trl, _verl
 from ._errors import InputError, UsageError
 from ._table import POSITION, STEP, concat_tables
 
@@ -49,13 +53,24 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class Format:
-    """One dump format rollaudit reads."""
+    """One dump format rollaudit reads.
+
+    ``reduce(path, options)``: one file to a table of its audit columns
+    (format-specific layout; Parquet-safe, as the cache stores it).
+    ``combine(paths, reduced, options)``: the reduced tables of several
+    files, in file order, to canonical tables, one per step.
+    """
 
     name: str
     description: str
     detect: Callable[[Path], bool]
-    read: Callable[[list[Path], LoadOptions], list[pa.Table]]
+    reduce: Callable[[Path, LoadOptions], pa.Table]
+    combine: Callable[[list[Path], list[pa.Table], LoadOptions], list[pa.Table]]
     expand_directory: Callable[[Path], list[Path] | None] | None = None
+
+    def read(self, paths: list[Path], options: LoadOptions) -> list[pa.Table]:
+        """Reduce ``paths`` one after the other in this process and combine them: one canonical table per step."""
+        return self.combine(paths, [self.reduce(path, options) for path in paths], options)
 
 
 FORMATS: dict[str, Format] = {
@@ -63,21 +78,24 @@ FORMATS: dict[str, Format] = {
         name="slime",
         description="torch.save .pt zips of rollout and train dumps",
         detect=_slime.detect,
-        read=_slime.read,
+        reduce=_slime.reduce_file,
+        combine=_slime.combine,
         expand_directory=_slime.expand_directory,
     ),
     "verl": Format(
         name="verl",
         description="rollout_data_dir {step}.jsonl lines with input, output, score, step",
         detect=_verl.detect,
-        read=_verl.read,
+        reduce=_verl.reduce_file,
+        combine=_verl.combine,
         expand_directory=_verl.expand_directory,
     ),
     "trl": Format(
         name="trl",
         description="GRPOTrainer completions/completions_*.parquet with prompt, completion, reward columns, advantage",
         detect=_trl.detect,
-        read=_trl.read,
+        reduce=_trl.reduce_file,
+        combine=_trl.combine,
         expand_directory=_trl.expand_directory,
     ),
     # Last: it accepts any table, and an empty file so that the error says so.
@@ -85,7 +103,8 @@ FORMATS: dict[str, Format] = {
         name="generic",
         description="Parquet, Arrow IPC/Feather, JSON Lines or CSV tables with a reward column",
         detect=_generic.detect,
-        read=_generic.read,
+        reduce=_generic.reduce_file,
+        combine=_generic.combine,
         expand_directory=_generic.expand_directory,
     ),
 }
@@ -241,6 +260,10 @@ def load(
     reward_columns: Sequence[str] | None = None,
     reward_weights: Sequence[float] | Mapping[str, float] | None = None,
     num_generations: int | None = None,
+    jobs: int | None = None,
+    cache: str | os.PathLike | bool | None = None,
+    engine: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
 
@@ -250,7 +273,7 @@ def load(
     ``reward_key`` picks the trained-on reward from dict rewards (slime's
     ``--reward-key``); ``n_samples_per_prompt`` gives prompt keys as
     consecutive slices when a dump has none. ``on_file(path, n_bytes)`` is
-    called after each file is read.
+    called in this process as each file is done (read, or found in the cache).
 
     Tables (verl, TRL, generic): ``reward_col``, ``prompt_col``,
     ``trajectory_col``, ``step_col``, ``advantage_col`` and ``mask_col``
@@ -263,7 +286,22 @@ def load(
     (default: the first run of equal prompt texts).
 
     Each file is one step, its own batch (generic tables: the files of one
-    step form one batch, in order). Bad input raises
+    step form one batch, in order).
+
+    Whole runs: files are reduced one at a time to their audit columns
+    (tokens are dropped before the next file is read), so memory stays flat
+    however many files there are. ``jobs`` worker processes read files in
+    parallel (default: 1 for one file or under 64 MB to read, else one per
+    CPU up to 8; a script that loads with ``jobs>1`` needs multiprocessing's
+    ``if __name__ == "__main__":`` guard).
+    ``cache``: a directory keeping each file's reduced table, keyed by its
+    path, size and modification time and the options (``True``: the default
+    directory, ``$XDG_CACHE_HOME/rollaudit`` or ``~/.cache/rollaudit``;
+    ``None``/``False``, the default: no cache), so that a second load of
+    the same run reads no dump file. ``engine="ray"`` runs the per-file work
+    as Ray tasks (``pip install 'rollaudit[ray]'``) on the cluster at
+    ``ray_address`` (default: the running cluster, else a local Ray), the
+    files being readable where the tasks run. Bad input raises
     :class:`~rollaudit.InputError` with one line naming the file, field and
     sample; unknown classes in a dump become inert placeholders (one
     :class:`~rollaudit.RollauditWarning` per file) and nothing the file
@@ -284,15 +322,18 @@ def load(
             "num_generations": num_generations,
         }
     )
+    run = _engine.run_options(jobs=jobs, cache=cache, engine=engine, ray_address=ray_address)
     files = expand_paths(path_or_paths)
-    grouped: dict[str, list[Path]] = {}
-    for path in files:
-        grouped.setdefault(format or detect_format(path), []).append(path)
     options = LoadOptions(
         reward_key=reward_key, n_samples_per_prompt=n_samples_per_prompt, on_file=on_file, **table_options
     )
+    grouped: dict[str, tuple[list[Path], list[pa.Table]]] = {}
+    for reduced in _engine.run_items(files, format, options, run, detect_format):
+        paths, parts = grouped.setdefault(reduced.format, ([], []))
+        paths.append(reduced.path)
+        parts.append(reduced.table)
     tables: list[pa.Table] = []
-    for name, paths in grouped.items():
-        tables.extend(FORMATS[name].read(paths, options))
+    for name, (paths, parts) in grouped.items():
+        tables.extend(FORMATS[name].combine(paths, parts, options))
     table = concat_tables(tables)
     return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])

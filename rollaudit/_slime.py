@@ -18,10 +18,18 @@ Train dump (``--save-debug-train-data``, ``D/train_data/<id>_<rank>.pt``)
   sample has no index); the trainer's normalized reward (``rewards``)
   becomes ``recorded_advantage``. Rollout samples the trainer dropped keep a
   null recorded advantage.
+
+Whole runs: ``reduce_file`` reads one dump into a small table (a rollout
+dump's canonical table, or a train dump's join keys and recorded
+advantages), which worker processes, Ray tasks and the cache pass around;
+``combine`` pairs the train dumps with the rollout dumps of their step from
+those tables alone. Pairing after the reduction needs no file read twice:
+the step lives inside each file, not in its name.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -101,12 +109,41 @@ def _type_name(value: Any) -> str:
     return getattr(type(value), "global_name", None) or type(value).__name__
 
 
+def _int_text(value: int) -> str:
+    """An int from the file for a message: its digits, unless there are too many to print (Python refuses
+    past 4300 digits, and a message must stay one short line)."""
+    return str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+
+
+def _shown(value: Any) -> str:
+    """A dict key from the file for a message, never long and never recursing into nested values."""
+    if type(value) in (str, bytes):
+        return repr(value[:40])
+    if type(value) is int:
+        return _int_text(value)
+    if type(value) in (float, bool) or value is None:
+        return repr(value)
+    return f"<{_type_name(value)}>"
+
+
+def _text(value: Any) -> str | None:
+    """A string field (status) as UTF-8 text; None when it is not a string. Pickled strings may hold lone
+    surrogates, which Arrow cannot store: they become U+FFFD."""
+    if type(value) is not str:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
 def _optional_int(sample: dict, name: str, path: Path, position: int) -> int | None:
     value = sample.get(name)
     if value is None:
         return None
     if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
-        found = f"is {value}" if type(value) is int else f"is a {_type_name(value)}"
+        found = f"is {_int_text(value)}" if type(value) is int else f"is a {_type_name(value)}"
         raise InputError(found, file=str(path), field=name, row=position, expected="an int64 or None")
     return value
 
@@ -145,7 +182,7 @@ def _number(value: Any) -> float | None:
 
 
 def _key_list(mapping: dict) -> str:
-    keys = [repr(key)[:40] for key in list(mapping)[:_KEYS_SHOWN]]
+    keys = [_shown(key) for key in list(mapping)[:_KEYS_SHOWN]]
     more = len(mapping) - len(keys)
     return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
 
@@ -283,8 +320,8 @@ def _rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
         if not math.isfinite(reward):
             non_finite.append(position)
         rewards.append(reward)
-        text = sample.get("status")
-        status.append(text if type(text) is str else None)  # an enum from an old slime arrives as a placeholder
+        # An enum from an old slime arrives as a placeholder: no status.
+        status.append(_text(sample.get("status")))
         response_length.append(_optional_int(sample, "response_length", path, position))
         removed = sample.get("remove_sample")
         remove_sample.append(bool(removed) if type(removed) in (bool, int) else None)
@@ -318,7 +355,7 @@ def _as_array(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         try:
             return np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # not numbers, ragged or too deep, an int past float
             return None
     return None
 
@@ -539,18 +576,59 @@ def _check_one_kind(rollouts: list[RolloutStep]) -> None:
         seen[rollout.step] = rollout.path
 
 
+# A reduced file's table says what it is in its schema metadata (kept by Parquet, so by the cache).
+_KIND, _STEP, _SPLIT, _RAW_REWARD = (b"rollaudit.slime." + name for name in (b"kind", b"step", b"split", b"raw_reward"))
+_SAMPLE_INDEX, _ROLLOUT_POSITION = "sample_index", "rollout_position"
+
+
+def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
+    """One dump to a table that outlives it: a rollout dump's canonical table, or a train dump's ``sample_index``,
+    ``rollout_position`` and ``recorded_advantage`` columns (``raw_reward`` in the metadata)."""
+    part = read_file(path, options)
+    if isinstance(part, RolloutStep):
+        metadata = {_KIND: b"rollout", _STEP: str(part.step).encode(), _SPLIT: part.split.encode()}
+        return part.table.replace_schema_metadata(metadata)
+    table = pa.table(
+        {
+            _SAMPLE_INDEX: pa.array(part.sample_index, pa.int64()),
+            _ROLLOUT_POSITION: pa.array(part.rollout_position, pa.int64()),
+            RECORDED_ADVANTAGE: pa.array(part.advantage, pa.float64()),
+        }
+    )
+    metadata = {_KIND: b"train", _STEP: str(part.step).encode(), _RAW_REWARD: json.dumps(part.raw_reward).encode()}
+    return table.replace_schema_metadata(metadata)
+
+
+def _from_reduced(path: Path, table: pa.Table) -> RolloutStep | TrainStep:
+    metadata = table.schema.metadata or {}
+    step = int(metadata[_STEP])
+    if metadata[_KIND] == b"rollout":
+        return RolloutStep(path=path, step=step, split=metadata[_SPLIT].decode(), table=table.replace_schema_metadata())
+    return TrainStep(
+        path=path,
+        step=step,
+        sample_index=table.column(_SAMPLE_INDEX).to_pylist(),
+        rollout_position=table.column(_ROLLOUT_POSITION).to_pylist(),
+        advantage=table.column(RECORDED_ADVANTAGE).to_pylist(),
+        raw_reward=json.loads(metadata[_RAW_REWARD]),
+    )
+
+
 def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
-    """Read slime dumps (rollout and train dumps, any order): one canonical table per step."""
+    """Read slime dumps (rollout and train dumps, any order), one after the other: one canonical table per step."""
+    return combine(paths, [reduce_file(path, options) for path in paths], options)
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """The reduced tables of slime dumps (any order) to one canonical table per step, train dumps joined."""
     rollouts: list[RolloutStep] = []
     trains: dict[int, list[TrainStep]] = {}
-    for path in paths:
-        part = read_file(path, options)
+    for path, table in zip(paths, reduced, strict=True):
+        part = _from_reduced(path, table)
         if isinstance(part, TrainStep):
             trains.setdefault(part.step, []).append(part)
         else:
             rollouts.append(part)
-        if options.on_file is not None:
-            options.on_file(str(path), path.stat().st_size)
     _check_one_kind(rollouts)
     by_step = {rollout.step: rollout for rollout in rollouts if rollout.split == "train"}
     for step, parts in trains.items():

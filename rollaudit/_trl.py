@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from . import _generic
 from ._errors import InputError, RollauditWarning
-from ._table import POSITION, PROMPT, STEP, make_table
+from ._table import POSITION, PROMPT, STEP, concat_tables, make_table
 
 if TYPE_CHECKING:
     from ._load import LoadOptions
@@ -61,7 +61,7 @@ def detect(path: Path) -> bool:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(path).names
-    except (pa.ArrowInvalid, OSError):
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError):  # a damaged file is the generic reader's to report
         return False
     return PROMPT_COLUMN in names and COMPLETION_COLUMN in names
 
@@ -276,15 +276,25 @@ def _steps(table: pa.Table, field: str | None, path: Path) -> pa.Array:
             field=STEP_COLUMN,
             expected="TRL's step column, or step_col naming one",
         )
-    return pa.array(np.full(table.num_rows, int(match.group(1)), dtype=np.int64))
+    return pa.array(np.full(table.num_rows, _generic.name_step(match.group(1), path), dtype=np.int64))
+
+
+def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
+    """One file to its canonical rows (all its steps in one table; ``combine`` splits them again)."""
+    return concat_tables([table for _, table in read_file(path, options)])
 
 
 def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
     """Read TRL completion logs: one canonical table per step."""
+    return combine(paths, [reduce_file(path, options) for path in paths], options)
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """The reduced tables of TRL completion logs, in file order: one canonical table per step."""
     seen: dict[int, Path] = {}
     tables: list[tuple[int, pa.Table]] = []
-    for path in paths:
-        for step, table in read_file(path, options):
+    for path, file_table in zip(paths, reduced, strict=True):
+        for step, table in _generic.split_steps(file_table):
             if step in seen:
                 raise InputError(
                     f"two TRL completion logs of step {step}: {seen[step]} and {path}",
@@ -292,6 +302,4 @@ def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
                 )
             seen[step] = path
             tables.append((step, table))
-        if options.on_file is not None:
-            options.on_file(str(path), path.stat().st_size)
     return [table for _, table in sorted(tables, key=lambda item: item[0])]

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from . import _generic
 from ._errors import InputError, RollauditWarning
-from ._table import make_table
+from ._table import concat_tables, make_table
 
 if TYPE_CHECKING:
     from ._load import LoadOptions
@@ -64,7 +64,12 @@ def _field_type(value: Any, role: str) -> pa.DataType | None:
         if type(value) is int:
             return pa.int64()
         # verl's input is text; a prompt_col holding chat messages keeps its nested type (keyed by its JSON text)
-        return pa.string() if value is None else pa.array([value]).type
+        if value is None:
+            return pa.string()
+        try:
+            return pa.array([value]).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            return pa.string()  # values no Arrow type holds ([1, "a"]): the JSON reader then names the line
     if role == "list" and isinstance(value, list):
         return pa.list_(pa.float64())
     if type(value) is bool:
@@ -195,15 +200,25 @@ def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
             field=field,
             expected="verl's step field, or a file named by its step",
         )
-    return pa.array(np.full(table.num_rows, int(match.group(1)), dtype=np.int64))
+    return pa.array(np.full(table.num_rows, _generic.name_step(match.group(1), path), dtype=np.int64))
+
+
+def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
+    """One file to its canonical rows (all its steps in one table; ``combine`` splits them again)."""
+    return concat_tables([table for _, table in read_file(path, options)])
 
 
 def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
     """Read verl dumps: one canonical table per step (two files of one step are an error: train and validation?)."""
+    return combine(paths, [reduce_file(path, options) for path in paths], options)
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """The reduced tables of verl dumps, in file order: one canonical table per step."""
     seen: dict[int, Path] = {}
     tables: list[tuple[int, pa.Table]] = []
-    for path in paths:
-        for step, table in read_file(path, options):
+    for path, file_table in zip(paths, reduced, strict=True):
+        for step, table in _generic.split_steps(file_table):
             if step in seen:
                 raise InputError(
                     f"two verl dumps of step {step}: {seen[step]} and {path}",
@@ -211,6 +226,4 @@ def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
                 )
             seen[step] = path
             tables.append((step, table))
-        if options.on_file is not None:
-            options.on_file(str(path), path.stat().st_size)
     return [table for _, table in sorted(tables, key=lambda item: item[0])]

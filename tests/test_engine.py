@@ -1,0 +1,352 @@
+"""Whole runs: flat memory over many dumps, worker processes, the cache, and the Ray engine (issue 7)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+import rollaudit
+from rollaudit import _engine
+from rollaudit._errors import InputError, RollauditWarning, UsageError
+from rollaudit._load import FORMATS
+from tests.benchmarks.bench_run import write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+DUMPS = ROOT / "sample_dumps"
+RUN_FILES = 50
+MAX_MEMORY_RATIO = 1.5
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """50 slime rollout dumps of 40 samples x 2000 tokens (~1.3 MB each, ~6 MB of Python objects once unpickled)."""
+    return write_run(tmp_path_factory.mktemp("run") / "rollout_data", RUN_FILES, samples=40, tokens=2000)[0].parent
+
+
+@pytest.fixture
+def small_run(tmp_path: Path) -> Path:
+    """A run of 6 small dumps this test may change."""
+    return write_run(tmp_path / "run", 6, samples=16, tokens=50)[0].parent
+
+
+class ReduceSpy:
+    """Counts the files each format's reducer reads in this process (jobs=1 reads here)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[Path] = []
+        for name, entry in list(FORMATS.items()):
+            monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, reduce=self._wrap(entry.reduce)))
+
+    def _wrap(self, reduce):
+        def spy(path, options):
+            self.paths.append(Path(path))
+            return reduce(path, options)
+
+        return spy
+
+
+_OPENED: list[str] = []
+_WATCHED: list[str] = []
+
+
+def _audit_open(event: str, args: tuple) -> None:
+    if event == "open" and _WATCHED and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.fsdecode(args[0])
+        if any(path.startswith(prefix) for prefix in _WATCHED):
+            _OPENED.append(path)
+
+
+sys.addaudithook(_audit_open)  # audit hooks cannot be removed: this one only records while _WATCHED is set
+
+
+def opened_under(directory: Path, call):
+    """``call()``'s result and the files under ``directory`` that Python opened meanwhile (any code, any module)."""
+    _OPENED.clear()
+    _WATCHED[:] = [str(directory.absolute()), str(directory)]
+    try:
+        result = call()
+    finally:
+        _WATCHED.clear()
+    return result, list(_OPENED)
+
+
+def quiet_load(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RollauditWarning)
+        return rollaudit.load(*args, **kwargs)
+
+
+def same_table(first, second) -> bool:
+    """Equal schemas and values, NaN equal to NaN (Arrow's ``equals`` says NaN != NaN)."""
+    return first.schema.equals(second.schema, check_metadata=True) and first.to_pandas().equals(second.to_pandas())
+
+
+def same_metrics(first, second) -> None:
+    report, other = rollaudit.audit(first), rollaudit.audit(second)
+    assert report.summary.equals(other.summary)
+    assert report.per_step.equals(other.per_step)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Memory.
+
+
+_PEAK_RSS_CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    import rollaudit
+
+    report = rollaudit.audit(rollaudit.load(sys.argv[1], jobs=1))
+    assert report.info["steps"] == int(sys.argv[2]), report.info
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(peak * (1 if sys.platform == "darwin" else 1024))
+    """
+)
+
+
+def _peak_rss(path: Path, steps: int) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_RSS_CHILD, str(path), str(steps)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="resource.getrusage is POSIX")
+def test_auditing_50_dumps_takes_no_more_peak_memory_than_1_5x_auditing_one(run_dir: Path):
+    one = _peak_rss(run_dir / "0.pt", 1)
+    fifty = _peak_rss(run_dir, RUN_FILES)
+    # Holding every file's tokens would add ~6 MB of Python objects a file: ~300 MB over one file's peak.
+    assert fifty <= MAX_MEMORY_RATIO * one, f"peak RSS {fifty / 1e6:.0f} MB for 50 dumps vs {one / 1e6:.0f} MB for one"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The cache.
+
+
+def test_a_second_load_with_the_cache_reads_no_dump_file(run_dir: Path, tmp_path: Path, monkeypatch):
+    cache = tmp_path / "cache"
+    spy = ReduceSpy(monkeypatch)
+    cold, opened = opened_under(run_dir, lambda: rollaudit.load(run_dir, cache=cache, jobs=1))
+    assert len(spy.paths) == RUN_FILES and len(set(opened)) == RUN_FILES
+    spy.paths.clear()
+    seen: list[tuple[str, int]] = []
+    warm, opened = opened_under(
+        run_dir, lambda: rollaudit.load(run_dir, cache=cache, jobs=1, on_file=lambda *args: seen.append(args))
+    )
+    assert opened == [] and spy.paths == []
+    assert [Path(path).name for path, _ in seen] == [f"{step}.pt" for step in range(RUN_FILES)]
+    assert [size for _, size in seen] == [(run_dir / f"{step}.pt").stat().st_size for step in range(RUN_FILES)]
+    assert warm.equals(cold)
+    same_metrics(warm, cold)
+
+
+def test_a_modified_dump_invalidates_its_cache_entry(small_run: Path, tmp_path: Path, monkeypatch):
+    cache = tmp_path / "cache"
+    before = rollaudit.load(small_run, cache=cache)
+    changed = small_run / "3.pt"
+    write_run(tmp_path / "other", 4, samples=16, tokens=50, seed=1)[3].replace(changed)  # same step, other rewards
+    stat = changed.stat()
+    os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # a coarse clock cannot hide it
+    spy = ReduceSpy(monkeypatch)
+    after = rollaudit.load(small_run, cache=cache)
+    assert spy.paths == [changed]
+    fresh = rollaudit.load(small_run)
+    assert after.equals(fresh) and not after.equals(before)
+    spy.paths.clear()
+    assert rollaudit.load(small_run, cache=cache).equals(fresh) and spy.paths == []
+
+
+def test_a_damaged_cache_entry_is_a_miss_and_is_rewritten(small_run: Path, tmp_path: Path, monkeypatch):
+    cache = tmp_path / "cache"
+    expected = rollaudit.load(small_run, cache=cache)
+    entries = sorted(cache.rglob("*.parquet"))
+    assert len(entries) == 6
+    entries[0].write_bytes(b"PAR1 not a parquet file")
+    entries[1].write_bytes(entries[1].read_bytes()[:100])
+    spy = ReduceSpy(monkeypatch)
+    assert rollaudit.load(small_run, cache=cache).equals(expected)
+    assert len(spy.paths) == 2
+    spy.paths.clear()
+    assert rollaudit.load(small_run, cache=cache).equals(expected) and spy.paths == []
+
+
+def test_the_cache_is_keyed_by_the_options_that_change_the_reduction(tmp_path: Path, monkeypatch):
+    cache = tmp_path / "cache"
+    spy = ReduceSpy(monkeypatch)
+    dump = DUMPS / "reward_key.pt"
+    score = rollaudit.load(dump, reward_key="score", cache=cache)
+    accuracy = rollaudit.load(dump, reward_key="acc", cache=cache)
+    assert len(spy.paths) == 2 and not score.equals(accuracy)
+    assert rollaudit.load(dump, reward_key="acc", cache=cache).equals(accuracy) and len(spy.paths) == 2
+
+
+SAMPLE_LOADS = [
+    ("fanout/rollout_data/3.pt", {}),
+    ("uniform.pt", {}),
+    ("reward_key.pt", {"reward_key": "score"}),
+    ("dump_details", {}),
+    ("verl/rollout_data", {}),
+    ("trl", {}),
+    ("agl/rollouts.parquet", {}),
+    ("generic", {}),
+    ("nemo/train_data_step3.jsonl", {"prompt_col": "prompt_id"}),
+]
+
+
+@pytest.mark.parametrize(("name", "options"), SAMPLE_LOADS, ids=[name for name, _ in SAMPLE_LOADS])
+def test_every_format_reads_the_same_from_its_cache(name: str, options: dict, tmp_path: Path):
+    fresh = quiet_load(DUMPS / name, **options)
+    cold = quiet_load(DUMPS / name, cache=tmp_path, **options)
+    warm, opened = opened_under(DUMPS, lambda: quiet_load(DUMPS / name, cache=tmp_path, **options))
+    assert same_table(cold, fresh) and same_table(warm, fresh)
+    assert opened == []  # detection too is skipped: the entry knows its format
+
+
+def test_a_cached_load_raises_the_warnings_a_fresh_one_does(small_run: Path, tmp_path: Path, monkeypatch):
+    generate = pytest.importorskip("tests.benchmarks.bench_run")._generator()
+    rows = [generate.rollout_sample(generate.random.Random(0), group_index=0, index=i, reward=1.0) for i in range(4)]
+    rows[2]["reward"] = None
+    generate.save_rollout_dump(small_run / "9.pt", 9, rows)
+    monkeypatch.chdir(small_run.parent)  # a relative path: messages name the file as given
+    relative = Path(small_run.name)
+    with pytest.warns(RollauditWarning) as fresh:
+        rollaudit.load(relative, cache=tmp_path / "cache")
+    with pytest.warns(RollauditWarning) as cached:
+        rollaudit.load(relative, cache=tmp_path / "cache")
+    messages = [str(warning.message) for warning in fresh]
+    assert messages == [str(warning.message) for warning in cached]
+    assert any(message.startswith(f"{relative / '9.pt'}: 1 sample has a NaN") for message in messages), messages
+
+
+def test_load_keeps_its_cache_off_by_default_and_says_where_true_puts_it(small_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    rollaudit.load(small_run)
+    assert not (tmp_path / "xdg").exists()
+    rollaudit.load(small_run, cache=True)
+    assert _engine.default_cache_dir() == tmp_path / "xdg" / "rollaudit"
+    assert len(list((tmp_path / "xdg" / "rollaudit").rglob("*.parquet"))) == 6
+
+
+def test_a_default_cache_that_cannot_be_made_is_skipped_but_a_named_one_is_an_error(small_run, tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    with pytest.warns(RollauditWarning, match=r"no cache: .*a_file/rollaudit: cannot create the cache directory"):
+        assert rollaudit.load(small_run, cache=True).num_rows == 6 * 16
+    with pytest.raises(UsageError, match=r"a_file/cache: cannot create the cache directory"):
+        rollaudit.load(small_run, cache=blocker / "cache")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Worker processes.
+
+
+def test_worker_processes_give_the_table_one_process_gives(small_run: Path, tmp_path: Path):
+    (tmp_path / "mixed").mkdir()
+    steps_1_to_5 = [path for path in small_run.iterdir() if path.name != "0.pt"]  # dump_details holds step 0
+    for path in [*steps_1_to_5, *(DUMPS / "dump_details").rglob("*.pt")]:
+        target = tmp_path / "mixed" / path.parent.name / path.name
+        target.parent.mkdir(exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    files = sorted((tmp_path / "mixed").rglob("*.pt"))  # rollout dumps, a train dump paired with its step's rollout
+    seen: list[str] = []
+    parallel = rollaudit.load(files, jobs=2, on_file=lambda path, size: seen.append(path))
+    alone = rollaudit.load(files, jobs=1)
+    assert parallel.equals(alone)
+    assert sorted(seen) == sorted(str(path) for path in files)
+    assert parallel.column("recorded_advantage").null_count < parallel.num_rows
+
+
+def test_an_input_error_in_a_worker_reaches_the_caller_whole(small_run: Path, tmp_path: Path):
+    broken = small_run / "4.pt"
+    broken.write_bytes(b"PK\x03\x04 a zip that ends here")
+    with pytest.raises(InputError) as caught:
+        rollaudit.load(small_run, jobs=2)
+    assert caught.value.file == str(broken)
+    assert str(caught.value).startswith(f"{broken}: ") and "\n" not in str(caught.value)
+
+
+def test_when_workers_die_a_default_jobs_load_reads_here_and_an_explicit_one_says_why(small_run, monkeypatch):
+    def die(*args):
+        raise _engine.WorkersDied
+
+    monkeypatch.setattr(_engine, "_run_pool", die)
+    monkeypatch.setattr(_engine, "SMALL_RUN_BYTES", 0)  # the default picks workers for this small run
+    with pytest.warns(RollauditWarning, match=r"a worker process died: .*; reading the rest in this process"):
+        assert rollaudit.load(small_run).equals(rollaudit.load(small_run, jobs=1))
+    with pytest.raises(UsageError, match=r"a worker process died: .* \(expected jobs=1 \(--jobs 1\)"):
+        rollaudit.load(small_run, jobs=2)
+
+
+def test_run_options_are_checked_before_any_file_is_read(small_run: Path):
+    for keywords, text in [
+        ({"jobs": 0}, "jobs is 0"),
+        ({"jobs": 1.5}, "jobs is 1.5"),
+        ({"engine": "spark"}, "engine is 'spark'"),
+        ({"ray_address": "ray://head:10001"}, "ray_address given without engine='ray'"),
+        ({"cache": 3}, "cache is 3"),
+    ]:
+        with pytest.raises(UsageError, match=text):
+            rollaudit.load(small_run / "missing.pt", **keywords)
+
+
+def test_default_jobs_stay_in_process_for_one_file_or_a_small_run():
+    assert _engine.default_jobs(1, 10 << 30) == 1
+    assert _engine.default_jobs(100, 1 << 20) == 1
+    assert 1 <= _engine.default_jobs(100, 10 << 30) <= min(_engine.available_cpus(), _engine.MAX_DEFAULT_JOBS)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ray.
+
+
+def test_the_ray_engine_without_the_extra_says_how_to_install_it(small_run: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as it does without the extra
+    with pytest.raises(UsageError) as caught:
+        rollaudit.load(small_run, engine="ray")
+    assert str(caught.value) == "--engine ray needs the ray extra: pip install 'rollaudit[ray]'"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    # A Ray of our own, never a cluster another process runs on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def test_the_ray_engine_gives_the_metrics_the_local_engine_gives(local_ray, run_dir: Path, tmp_path: Path):
+    steps = [run_dir / f"{step}.pt" for step in range(1, 11)]  # dump_details holds step 0
+    files = [*steps, *sorted((DUMPS / "dump_details").rglob("*.pt"))]
+    local = rollaudit.load(files)
+    seen: list[str] = []
+    distributed = rollaudit.load(files, engine="ray", on_file=lambda path, size: seen.append(path))
+    assert distributed.equals(local)
+    same_metrics(distributed, local)
+    assert sorted(seen) == sorted(str(path) for path in files)
+    cache = tmp_path / "cache"
+    assert rollaudit.load(files, engine="ray", jobs=2, cache=cache).equals(local)
+    assert rollaudit.load(files, engine="ray", cache=cache).equals(local)
+
+
+def test_an_input_error_in_a_ray_task_reaches_the_caller_whole(local_ray, small_run: Path):
+    broken = small_run / "2.pt"
+    broken.write_bytes(b"not a dump")
+    with pytest.raises(InputError) as caught:
+        rollaudit.load(small_run, engine="ray")
+    assert caught.value.file == str(broken) and "\n" not in str(caught.value)
