@@ -54,6 +54,7 @@ _EXPORTS = {
     "Detection": "._detect",
     "expand_paths": "._load",
     "detect_format": "._load",
+    "loaded_formats": "._load",
     "FORMATS": "._load",
     "describe": "._inspect",
 }
@@ -87,6 +88,7 @@ __all__ = [
     "get_scheme",
     "load",
     "load_gate_config",
+    "loaded_formats",
     "make_table",
     "read_baseline",
     "recompute",
@@ -102,7 +104,7 @@ if TYPE_CHECKING:
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
     from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
     from ._inspect import describe
-    from ._load import FORMATS, detect_format, expand_paths, load
+    from ._load import FORMATS, detect_format, expand_paths, load, loaded_formats
     from ._metric_names import METRICS
     from ._report import SCHEMA_VERSION, Report
     from ._schemes import PRESETS, Scheme, get_scheme, split_schemes

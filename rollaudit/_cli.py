@@ -268,6 +268,55 @@ NumGenerations = Annotated[
 ]
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+# Whole runs: how files are read (parallel workers, a cache of reduced tables, Ray).
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, metavar="N", help="Worker processes reading files (default: by the run's size)."
+    ),
+]
+CacheDirectory = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        metavar="DIR",
+        help="Keep each file's reduced table here (default: ~/.cache/rollaudit, or $XDG_CACHE_HOME/rollaudit).",
+    ),
+]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Read every file, and keep nothing.")]
+EngineOption = Annotated[Engine, typer.Option("--engine", help="Where the per-file work runs: here, or on Ray.")]
+RayAddress = Annotated[
+    str | None,
+    typer.Option("--ray-address", metavar="ADDRESS", help="With --engine ray: the cluster (default: the running one)."),
+]
+
+
+def run_options(
+    *,
+    jobs: int | None = None,
+    cache: Path | None = None,
+    no_cache: bool = False,
+    engine: Engine = Engine.local,
+    ray_address: str | None = None,
+) -> dict[str, Any]:
+    """The ``rollaudit.load`` keywords of the run options; the command line caches by default."""
+    if no_cache and cache is not None:
+        raise UsageError("--cache and --no-cache exclude each other", expected="one of them")
+    if ray_address is not None and engine is not Engine.ray:
+        raise UsageError("--ray-address needs --engine ray")
+    return {
+        "jobs": jobs,
+        "cache": False if no_cache else (cache if cache is not None else True),
+        "engine": engine.value,
+        "ray_address": ray_address,
+    }
+
+
 def _column_names(option: str, text: str) -> list[str]:
     """``a,b`` to ``["a", "b"]``; an empty name is a usage error."""
     names = [name.strip() for name in text.split(",")]
@@ -394,7 +443,6 @@ def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **
 
     files = rollaudit.expand_paths(inputs)
     sizes = [path.stat().st_size for path in files]
-    formats = sorted({format or rollaudit.detect_format(path) for path in files})
     started = time.perf_counter()
     with _progress(files, sizes, quiet) as on_file:
         table = rollaudit.load(files, format=format, on_file=on_file, **options)
@@ -402,7 +450,7 @@ def load_inputs(inputs: list[str], *, quiet: bool, format: str | None = None, **
     return Loaded(
         table=table,
         summary={
-            "format": "+".join(formats),
+            "format": "+".join(rollaudit.loaded_formats(table)),
             "files": [str(path) for path in files],
             "bytes": sum(sizes),
             "seconds": round(seconds, 4),
@@ -488,6 +536,11 @@ def compare(
     reward_columns: RewardColumns = None,
     reward_weights: RewardWeights = None,
     num_generations: NumGenerations = None,
+    jobs: Jobs = None,
+    cache: CacheDirectory = None,
+    no_cache: NoCache = False,
+    engine: EngineOption = Engine.local,
+    ray_address: RayAddress = None,
     device: DeviceOption = Device.auto,
     as_json: Annotated[
         bool, typer.Option("--json", help="One versioned JSON document on stdout (schema: README).")
@@ -542,6 +595,7 @@ def compare(
             reward_weights=reward_weights,
             num_generations=num_generations,
         ),
+        **run_options(jobs=jobs, cache=cache, no_cache=no_cache, engine=engine, ray_address=ray_address),
     )
     report = rollaudit.audit(loaded.table, schemes=names, reference=reference, device=device.value)
 
@@ -592,6 +646,11 @@ def inspect(
     reward_columns: RewardColumns = None,
     reward_weights: RewardWeights = None,
     num_generations: NumGenerations = None,
+    jobs: Jobs = None,
+    cache: CacheDirectory = None,
+    no_cache: NoCache = False,
+    engine: EngineOption = Engine.local,
+    ray_address: RayAddress = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     quiet: Quiet = False,
 ) -> None:
@@ -614,6 +673,7 @@ def inspect(
             reward_weights=reward_weights,
             num_generations=num_generations,
         ),
+        **run_options(jobs=jobs, cache=cache, no_cache=no_cache, engine=engine, ray_address=ray_address),
     )
     from rollaudit import describe
 
@@ -726,6 +786,11 @@ def convert(
     reward_columns: RewardColumns = None,
     reward_weights: RewardWeights = None,
     num_generations: NumGenerations = None,
+    jobs: Jobs = None,
+    cache: CacheDirectory = None,
+    no_cache: NoCache = False,
+    engine: EngineOption = Engine.local,
+    ray_address: RayAddress = None,
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:
@@ -760,6 +825,7 @@ def convert(
             reward_weights=reward_weights,
             num_generations=num_generations,
         ),
+        **run_options(jobs=jobs, cache=cache, no_cache=no_cache, engine=engine, ray_address=ray_address),
     )
     table = loaded.table
     if names:
@@ -911,6 +977,11 @@ def gate(
     reward_columns: RewardColumns = None,
     reward_weights: RewardWeights = None,
     num_generations: NumGenerations = None,
+    jobs: Jobs = None,
+    cache: CacheDirectory = None,
+    no_cache: NoCache = False,
+    engine: EngineOption = Engine.local,
+    ray_address: RayAddress = None,
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:
@@ -953,7 +1024,8 @@ def gate(
         reward_weights=reward_weights,
         num_generations=num_generations,
     )
-    table = load_inputs(inputs, quiet=quiet, format=input_format, **options).table
+    run = run_options(jobs=jobs, cache=cache, no_cache=no_cache, engine=engine, ray_address=ray_address)
+    table = load_inputs(inputs, quiet=quiet, format=input_format, **options, **run).table
     result = run_gate(table, config, device.value)
 
     if baseline_path is not None:

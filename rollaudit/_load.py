@@ -335,5 +335,15 @@ def load(
     tables: list[pa.Table] = []
     for name, (paths, parts) in grouped.items():
         tables.extend(FORMATS[name].combine(paths, parts, options))
-    table = concat_tables(tables)
-    return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+    table = concat_tables(tables).sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+    # Which formats were read travels with the table: a caller need not open a file again to say so.
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), FORMATS_METADATA: "+".join(sorted(grouped))})
+
+
+FORMATS_METADATA = b"rollaudit.formats"
+
+
+def loaded_formats(table: pa.Table) -> list[str]:
+    """The formats ``load`` read to make ``table`` (empty for a table made another way)."""
+    text = (table.schema.metadata or {}).get(FORMATS_METADATA, b"").decode()
+    return text.split("+") if text else []

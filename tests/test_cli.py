@@ -512,7 +512,7 @@ def test_table_options_reach_load_with_their_types_and_only_when_given(monkeypat
     given += ["--advantage-col", "adv", "--mask-col", "mask", "--token-reduce", "mean", "--num-generations", "2"]
     given += ["--reward-columns", " a, b ", "--reward-weights", "1,0.5"]
     assert run("inspect", GENERIC_CSV, *given, "--json").exit_code == 0
-    assert {name: value for name, value in seen.items() if name not in ("format", "on_file")} == {
+    assert {name: value for name, value in seen.items() if name not in ("format", "on_file", *RUN_KEYWORDS)} == {
         "reward_col": "score",
         "prompt_col": "uid",
         "trajectory_col": "traj_uid",
@@ -527,7 +527,64 @@ def test_table_options_reach_load_with_their_types_and_only_when_given(monkeypat
     assert run("compare", GENERIC_CSV, "--reward-weights", "acc=1, fmt=-0.5", "--json").exit_code == 0
     assert seen["reward_weights"] == {"acc": 1.0, "fmt": -0.5}
     assert run("compare", GENERIC_CSV, "--json").exit_code == 0
-    assert set(seen) == {"format", "on_file"}  # nothing given: load keeps its own defaults
+    assert set(seen) == {"format", "on_file", *RUN_KEYWORDS}  # no loader option given: load keeps its defaults
+    # The run options: the command line caches by default, reads in this process or in workers by run size.
+    assert {name: seen[name] for name in RUN_KEYWORDS} == {
+        "jobs": None,
+        "cache": True,
+        "engine": "local",
+        "ray_address": None,
+    }
+
+
+RUN_KEYWORDS = ("jobs", "cache", "engine", "ray_address")
+
+
+def test_run_options_reach_load(monkeypatch, tmp_path):
+    seen: dict = {}
+    real_load = rollaudit.load
+
+    def spy(paths, **options):
+        seen.update(options)
+        return real_load(paths, format=options["format"], on_file=options["on_file"])
+
+    monkeypatch.setattr(rollaudit, "load", spy)
+    assert run("compare", FANOUT, "--json", "--jobs", "2", "--cache", str(tmp_path)).exit_code == 0
+    assert (seen["jobs"], seen["cache"], seen["engine"]) == (2, tmp_path, "local")
+    assert run("inspect", FANOUT, "--json", "--no-cache").exit_code == 0
+    assert seen["cache"] is False
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--cache", "somewhere", "--no-cache"], "--cache and --no-cache exclude each other"),
+        (["--ray-address", "auto"], "--ray-address needs --engine ray"),
+        (["--jobs", "0"], "--jobs"),
+    ],
+)
+def test_bad_run_options_are_one_line_and_exit_2(arguments, message):
+    result = run("compare", FANOUT, *arguments)
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_compare_reads_the_cache_not_the_dump(monkeypatch, tmp_path):
+    first = run("compare", FANOUT, "--json", "--cache", str(tmp_path))
+    assert first.exit_code == 0
+    import dataclasses
+
+    from rollaudit._load import FORMATS
+
+    def no_dump_reading(*args, **kwargs):
+        raise AssertionError("a dump was opened although the cache holds it")
+
+    for name, entry in list(FORMATS.items()):
+        monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, detect=no_dump_reading, reduce=no_dump_reading))
+    second = run("compare", FANOUT, "--json", "--cache", str(tmp_path))
+    assert second.exit_code == 0, second.stderr
+    assert json.loads(second.stdout)["summary"] == json.loads(first.stdout)["summary"]
+    assert json.loads(second.stdout)["load"]["format"] == "slime"
 
 
 def _nan_as_text(rows: list[dict]) -> list[dict]:
