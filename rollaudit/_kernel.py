@@ -353,6 +353,23 @@ class Units:
     of_row: torch.Tensor  # compact unit code of each row
     count: int  # number of unit codes (gaps allowed: an empty code has no rows)
     group: torch.Tensor  # group code of each unit code
+    first_rank: torch.Tensor  # batch rank of each unit's first row (int64 max for an empty code)
+
+
+_NO_RANK = torch.iinfo(torch.int64).max
+
+
+def _first_ranks(enc: Encoded, of_row: torch.Tensor, count: int) -> torch.Tensor:
+    """The smallest batch rank among each unit's rows: its first sample in batch order."""
+    first = torch.full((count,), _NO_RANK, device=enc.device)
+    return first.scatter_reduce_(0, of_row, enc.batch_rank, "amin")
+
+
+def _units_of(enc: Encoded, of_row: torch.Tensor, count: int, groups: torch.Tensor) -> Units:
+    first = _first_ranks(enc, of_row, count)
+    # A unit's group is its first row's group (empty codes: row 0's, never read).
+    first_row = enc.row_at(torch.where(first == _NO_RANK, 0, first))
+    return Units(of_row, count, groups.index_select(0, first_row), first)
 
 
 def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
@@ -367,19 +384,18 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
         key_count = int(trajectory.max()) + 1
         if int(trajectory.min()) >= 0:
             # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing.
-            # Any row's group per key (scatter keeps one writer); nested if every row agrees.
-            unit_group = torch.zeros(key_count, dtype=torch.int64, device=enc.device).scatter_(0, trajectory, groups)
-            if bool(unit_group.index_select(0, trajectory).eq_(groups).all()):
-                units = Units(trajectory, key_count, unit_group)
+            # Nested if every row's group is its trajectory's first row's group (checked in a reused buffer).
+            nested = _units_of(enc, trajectory, key_count, groups)
+            spread = torch.index_select(nested.group, 0, trajectory, out=enc.scratch().view(torch.int64))
+            if bool(spread.eq_(groups).all()):
+                units = nested
             trajectory_key = trajectory
         else:
             # A row without a trajectory key is a trajectory of its own.
             rows = torch.arange(enc.rows, device=enc.device)
             trajectory_key = torch.where(trajectory < 0, key_count + rows, trajectory)
         if units is None:
-            of_row, count = _pair_codes(groups, trajectory_key)
-            unit_group = torch.zeros(count, dtype=torch.int64, device=enc.device).scatter_(0, of_row, groups)
-            units = Units(of_row, count, unit_group)
+            units = _units_of(enc, *_pair_codes(groups, trajectory_key), groups)
     enc._groups[key] = units
     return units
 
@@ -440,11 +456,13 @@ def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.
     count = units.count
     finite = None if enc.all_finite else enc.finite
     if scheme.representative == "first":
-        # First finite member in batch order: the smallest batch rank among the unit's rows.
-        missing = torch.iinfo(torch.int64).max
-        rank = enc.batch_rank if finite is None else torch.where(finite, enc.batch_rank, missing)
-        first = torch.full((count,), missing, device=enc.device).scatter_reduce_(0, units.of_row, rank, "amin")
-        invalid = first == missing
+        # First finite member in batch order: the smallest batch rank among the unit's finite rows.
+        if finite is None:
+            first = units.first_rank.clone()
+        else:
+            rank = torch.where(finite, enc.batch_rank, _NO_RANK)
+            first = torch.full((count,), _NO_RANK, device=enc.device).scatter_reduce_(0, units.of_row, rank, "amin")
+        invalid = first == _NO_RANK
         value = enc.reward.index_select(0, enc.row_at(first.masked_fill_(invalid, 0)))
         return value.masked_fill_(invalid, 0.0), ~invalid
     finite_units = units.of_row if finite is None else units.of_row[finite]
@@ -517,7 +535,8 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     deviation = groups.deviation(value, mean)
     if weight is not None:
         deviation.mul_(weight)
-    scratch = enc.scratch() if deviation.numel() == enc.rows else torch.empty_like(deviation)
+    size = deviation.numel()
+    scratch = enc.scratch()[:size] if size <= enc.rows else torch.empty_like(deviation)
     group_spread = groups.sum(torch.mul(deviation, deviation, out=scratch))
 
     if affine:
