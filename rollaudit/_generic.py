@@ -84,6 +84,9 @@ _FIRST_LINE_LIMIT = 1 << 22  # a verl line holds a whole decoded prompt and resp
 _MESSAGE_CHARS = 160
 _COLUMNS_SHOWN = 20
 _INT64_MAX = (1 << 63) - 1
+# A real table spends at least a byte a row (rewards, positions, keys); a hostile one can spend a bit per billion.
+_ROWS_PER_BYTE = 16
+_FREE_ROWS = 1 << 20
 _STEP_IN_NAME = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 _ARROW_FILE_MAGIC = b"ARROW1"
 _FEATHER_V1_MAGIC = b"FEA1"
@@ -173,7 +176,10 @@ def _csv_delimiter(head: bytes) -> str | None:
             return None
         text = line.decode("utf-8", errors="ignore")  # a header cut in the middle of a character
     delimiter = "\t" if text.count("\t") > text.count(",") else ","
-    fields = next(csv.reader([text.rstrip("\r")], delimiter=delimiter), [])
+    try:
+        fields = next(csv.reader([text.rstrip("\r")], delimiter=delimiter), [])
+    except csv.Error:  # a carriage return inside the line, a NUL: not a CSV header
+        return None
     return delimiter if len(fields) >= 2 and all(field.strip() for field in fields) else None
 
 
@@ -219,6 +225,8 @@ def _has_content(path: Path) -> bool:
 
 
 def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
     if type(value) is bool:
         return "boolean"
     if isinstance(value, (int, float)):
@@ -262,10 +270,36 @@ def _locate_json_problem(path: Path, field: str | None, expected_kind: str | Non
     return None
 
 
+# A line whose first character (after blanks) does not open an object. JSON text holds no raw newline, so lines are
+# exactly the values; the pattern starts with a literal newline, which the regex engine finds at memchr speed.
+_NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*+[^{ \t\r\n]")
+_FIRST_NOT_AN_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*+[^{ \t\r\n]")
+
+
+def _check_objects(path: Path) -> None:
+    """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
+    crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
+    import mmap
+
+    try:
+        with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            match = _FIRST_NOT_AN_OBJECT.match(data) or _NOT_AN_OBJECT.search(data)
+            if match is None:
+                return
+            line = data[: match.end() - 1].count(b"\n") + 1
+    except (OSError, ValueError):  # an empty file cannot be mapped; the reader reports it
+        return
+    located = _locate_json_problem(path, None, None)
+    raise InputError(
+        located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
+    )
+
+
 def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
     """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field."""
     import pyarrow.json as pa_json
 
+    _check_objects(path)
     parse_options = (
         pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         if schema is not None
@@ -276,7 +310,7 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
         try:
             read_options = pa_json.ReadOptions(block_size=block_size)
             table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        except pa.ArrowException as error:  # ArrowCapacityError too: a string column past 2 GiB
             # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
             if "straddl" in str(error) and block_size < path.stat().st_size:
                 block_size = min(block_size * 8, path.stat().st_size + 1, _MAX_BLOCK_BYTES)
@@ -307,8 +341,8 @@ def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa
 
 
 def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
-    """``schema``, once its column names (nested field names too) are checked to be UTF-8: pyarrow decodes a name
-    only when it is asked for, and a damaged one would raise UnicodeDecodeError there."""
+    """``schema``, once its column names (nested field names too) are checked to be UTF-8 (pyarrow decodes a name
+    only when it is asked for, and a damaged one would raise UnicodeDecodeError there) and distinct."""
     pending = list(schema)
     try:
         while pending:
@@ -320,6 +354,11 @@ def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
             pending.extend(kind.field(index) for index in range(kind.num_fields))
     except UnicodeDecodeError:
         raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise InputError(f"two columns are named {name[:60]!r}", file=str(path), expected="one column per name")
+        seen.add(name)
     return schema
 
 
@@ -347,7 +386,7 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
             # A blank cell is a missing value in every column: a missing key or status, not an empty string.
             convert_options=pa_csv.ConvertOptions(strings_can_be_null=True),
         )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+    except pa.ArrowException as error:
         located = _locate_csv_problem(path, delimiter)
         raise InputError(
             located or _short(error).replace("CSV parse error: ", ""),
@@ -362,12 +401,15 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
 def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
     with open(path, newline="", encoding="utf-8", errors="replace") as stream:
         reader = csv.reader(stream, delimiter=delimiter)
-        header = next(reader, None)
-        if header is None:
-            return None
-        for row in reader:
-            if row and len(row) != len(header):
-                return f"line {reader.line_num} has {len(row)} fields where the header has {len(header)}"
+        try:
+            header = next(reader, None)
+            if header is None:
+                return None
+            for row in reader:
+                if row and len(row) != len(header):
+                    return f"line {reader.line_num} has {len(row)} fields where the header has {len(header)}"
+        except csv.Error as error:
+            return f"line {reader.line_num} is not CSV: {error}"
     return None
 
 
@@ -391,8 +433,10 @@ def _arrow_schema(path: Path, kind: str) -> pa.Schema:
             return feather.read_table(path).schema  # legacy Feather v1 has no schema-only read
         with pa.ipc.open_file(path) as reader:
             return reader.schema
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as error:
+    except (pa.ArrowException, OSError) as error:
         raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {_short(error)}", file=str(path)) from None
+    except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
 
 
 def _is_feather_v1(path: Path) -> bool:
@@ -410,6 +454,7 @@ def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
             import pyarrow.parquet as pq
 
             with pq.ParquetFile(path) as parquet:  # a file, never a dataset: no partitions read from its path
+                check_rows(parquet.metadata.num_rows, path)
                 table = parquet.read(columns=columns)
         elif kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
@@ -418,9 +463,31 @@ def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
             import pyarrow.feather as feather
 
             table = feather.read_table(path, columns=columns)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as error:
+    except (pa.ArrowException, OSError) as error:  # ArrowMemoryError, ArrowCapacityError too: data that does not fit
         raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {_short(error)}", file=str(path)) from None
+    except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    check_rows(table.num_rows, path)
     return check_values(table, path)
+
+
+def check_rows(rows: int, path: Path) -> None:
+    """Refuse more rows than the file can hold: Parquet's run-length encoding, and Arrow's null and run-end encoded
+    columns, let a few bytes declare billions of rows, which every canonical column would then allocate."""
+    limit = _ROWS_PER_BYTE * _file_size(path) + _FREE_ROWS
+    if rows > limit:
+        raise InputError(
+            f"declares {rows} rows in {_file_size(path)} bytes",
+            file=str(path),
+            expected=f"at most {_ROWS_PER_BYTE} rows per byte of file (beyond the first {_FREE_ROWS})",
+        )
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -461,6 +528,19 @@ def is_number(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
 
 
+def _passthrough(array: pa.Array | pa.ChunkedArray) -> pa.Array | None:
+    """A passed-through column in a type every table operation supports (the canonical table is sorted, split by
+    step and concatenated): string views become strings; a type without a ``take`` kernel is left out."""
+    array = _plain(array)
+    if pa.types.is_string_view(array.type):
+        array = array.cast(pa.string())
+    try:
+        array.take(pa.array([], pa.int64()))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return None
+    return array
+
+
 def is_scalar(kind: pa.DataType) -> bool:
     """Columns worth passing through: not token lists, chat messages or blobs."""
     return not (
@@ -468,6 +548,7 @@ def is_scalar(kind: pa.DataType) -> bool:
         or pa.types.is_binary(kind)
         or pa.types.is_large_binary(kind)
         or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_binary_view(kind)
         or pa.types.is_null(kind)
     )
 
@@ -750,6 +831,20 @@ def split_steps(table: pa.Table) -> list[tuple[int, pa.Table]]:
     ]
 
 
+def one_file_per_step(paths: list[Path], reduced: list[pa.Table], dumps: str, expected: str) -> list[pa.Table]:
+    """The reduced tables of per-step files, in file order, as one canonical table per step; two files
+    holding the same step are an error (``dumps`` names them, e.g. "verl dumps")."""
+    seen: dict[int, Path] = {}
+    tables: list[tuple[int, pa.Table]] = []
+    for path, file_table in zip(paths, reduced, strict=True):
+        for step, table in split_steps(file_table):
+            if step in seen:
+                raise InputError(f"two {dumps} of step {step}: {seen[step]} and {path}", expected=expected)
+            seen[step] = path
+            tables.append((step, table))
+    return [table for _, table in sorted(tables, key=lambda item: item[0])]
+
+
 def renumber_positions(tables: list[pa.Table]) -> pa.Table:
     """Several parts of one step (files read in order) as one batch: positions 0, 1, 2, ... across the parts."""
     table = concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -896,7 +991,9 @@ def read_file(path: Path, options: LoadOptions) -> tuple[list[tuple[int, pa.Tabl
     used = _used(roles)
     for field in table.schema:
         if field.name not in used and is_scalar(field.type):
-            columns[passthrough_name(field.name)] = _plain(table.column(field.name))
+            passed = _passthrough(table.column(field.name))
+            if passed is not None:
+                columns[passthrough_name(field.name)] = passed
 
     canonical = make_table(
         reward=rewards,

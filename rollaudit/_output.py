@@ -40,9 +40,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield Path(temporary)
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(error, OSError):
+            # A full disk or a directory removed mid-run: one line, and nothing left behind.
+            raise UsageError(f"cannot write: {error.strerror or error}", file=str(target)) from None
         raise
     # mkstemp makes the file 0600; a report should get the usual permissions.
     with contextlib.suppress(OSError):

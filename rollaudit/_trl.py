@@ -61,7 +61,7 @@ def detect(path: Path) -> bool:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(path).names
-    except (pa.ArrowInvalid, OSError, UnicodeDecodeError):  # a damaged file is the generic reader's to report
+    except (pa.ArrowException, OSError, UnicodeDecodeError):  # a damaged file is the generic reader's to report
         return False
     return PROMPT_COLUMN in names and COMPLETION_COLUMN in names
 
@@ -291,15 +291,4 @@ def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of TRL completion logs, in file order: one canonical table per step."""
-    seen: dict[int, Path] = {}
-    tables: list[tuple[int, pa.Table]] = []
-    for path, file_table in zip(paths, reduced, strict=True):
-        for step, table in _generic.split_steps(file_table):
-            if step in seen:
-                raise InputError(
-                    f"two TRL completion logs of step {step}: {seen[step]} and {path}",
-                    expected="one completions_*.parquet per step",
-                )
-            seen[step] = path
-            tables.append((step, table))
-    return [table for _, table in sorted(tables, key=lambda item: item[0])]
+    return _generic.one_file_per_step(paths, reduced, "TRL completion logs", "one completions_*.parquet per step")

@@ -36,10 +36,10 @@ import os
 import pickle
 import re
 import struct
+import threading
 import warnings
 import zipfile
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._errors import InputError, RollauditWarning
 
@@ -54,6 +54,7 @@ _MAX_PLACEHOLDER_CLASSES = 256
 _NAMES_IN_WARNING = 8
 # Deflate cannot compress better than about 1032:1; a member declaring more is lying about its size.
 _MAX_DEFLATE_RATIO = 1100
+_INFLATE_CHUNK = 1 << 20
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -126,8 +127,12 @@ def _printable(text: str, limit: int = 100) -> str:
 # Storages and tensors.
 
 
-@dataclass(frozen=True)
-class _StorageType:
+# Storage types and storages are tuples: the BUILD opcode can change an object's ``__dict__`` or slots (even those
+# of a frozen dataclass), and a storage whose size or item size a pickle rewrote after it was checked would let a
+# tensor view reach past its bytes. A tuple has neither.
+
+
+class _StorageType(NamedTuple):
     """What ``torch.IntStorage`` and friends become: a dtype description, nothing callable."""
 
     torch_name: str
@@ -151,8 +156,7 @@ _STORAGE_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class _Storage:
+class _Storage(NamedTuple):
     key: str
     kind: _StorageType
     numel: int
@@ -213,6 +217,10 @@ class StoredTensor:
         self.offset = offset
         self.shape = shape
         self.stride = stride
+
+    def __setstate__(self, state: Any) -> None:
+        # BUILD on a rebuilt tensor would replace its checked shape and strides: a view past its bytes.
+        raise _Malformed("the pickle changes a tensor after rebuilding it")
 
     @property
     def dtype(self) -> str:
@@ -341,6 +349,31 @@ def _numpy_scalar(dtype: Any = None, data: Any = None, *args: Any) -> Any:
     return np.frombuffer(data, dtype=kind)[0].item()
 
 
+class _Allowed:
+    """What ``find_class`` gives for an allowed name: its rebuild function, callable and closed to BUILD.
+
+    A bare function would take BUILD's state into its ``__dict__`` or ``__defaults__``, changes that would outlive
+    the file and reach the next one read in this process.
+    """
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function: Any) -> None:
+        object.__setattr__(self, "_function", function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _Malformed("the pickle sets an attribute of a rebuild function")
+
+    def __setstate__(self, state: Any) -> None:
+        raise _Malformed("the pickle sets the state of a rebuild function")
+
+    def __repr__(self) -> str:
+        return f"<rebuild {getattr(self._function, '__name__', '?')}>"
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The unpickler.
 
@@ -356,15 +389,12 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self._placeholders: dict[str, type[Placeholder]] = {}
         self.unknown_globals: list[str] = []
         self.unknown_overflow = 0
-        self._allowed: dict[str, Any] = {
+        functions: dict[str, Any] = {
             "torch._utils._rebuild_tensor_v2": self._rebuild_tensor_v2,
             "torch._utils._rebuild_tensor": self._rebuild_tensor,
             "torch._utils._rebuild_parameter": _rebuild_parameter,
             "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
             "torch._tensor._rebuild_from_type_v2": self._rebuild_from_type_v2,
-            "torch.Tensor": _TENSOR_TYPE,
-            "torch._tensor.Tensor": _TENSOR_TYPE,
-            "torch.nn.parameter.Parameter": _TENSOR_TYPE,
             "collections.OrderedDict": _ordered_dict,
             "builtins.set": _make_set,
             "builtins.frozenset": _make_frozenset,
@@ -374,6 +404,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
             "numpy.core.multiarray.scalar": _numpy_scalar,
             "numpy._core.multiarray.scalar": _numpy_scalar,
         }
+        self._allowed: dict[str, Any] = {name: _Allowed(function) for name, function in functions.items()}
+        for name in ("torch.Tensor", "torch._tensor.Tensor", "torch.nn.parameter.Parameter"):
+            self._allowed[name] = _TENSOR_TYPE
 
     def release(self) -> None:
         """Drop the memo and the bound rebuild methods: they form a cycle that would keep every object
@@ -453,7 +486,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def _rebuild_from_type_v2(
         self, function: Any = None, new_type: Any = None, args: Any = (), state: Any = None
     ) -> Any:
-        if function not in (self._rebuild_tensor_v2, self._rebuild_tensor) or not isinstance(args, tuple):
+        rebuilds = [self._allowed.get(f"torch._utils._rebuild_tensor{suffix}") for suffix in ("_v2", "")]
+        if not isinstance(function, _Allowed) or function not in rebuilds or not isinstance(args, tuple):
             return Placeholder()
         return function(*args)
 
@@ -467,7 +501,16 @@ class _RestrictedUnpickler(pickle.Unpickler):
 # both before unpickling: memo indexes must not run ahead of the data (picklers number them 0, 1,
 # 2, ... so an index never exceeds the byte offset) and counted lengths must fit in what is left.
 # Runs of fixed-size opcodes (the bulk of a dump: token ids and log-probs) are skipped by one
-# possessive regular expression in C; only strings, memo stores and text opcodes reach Python.
+# possessive regular expression in C; only strings, memo stores, tuples and text opcodes reach Python.
+#
+# The same pass counts the tuple opcodes. Hashing a tuple (a dict key, a set member) recurses in C
+# once per level of nesting with no recursion limit, so a few MB of TUPLE1 opcodes nested a million
+# deep and used as a dict key overflow the C stack: a segmentation fault, not an exception. Each
+# tuple opcode adds at most one level, so their count bounds the depth; a pickle with more than a
+# few thousand is unpickled on a thread whose stack holds that depth (see _call_with_stack).
+
+
+_TUPLE_OPCODES = ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3")
 
 
 def _scanner() -> tuple[re.Pattern[bytes], dict[int, tuple[str, str]]]:
@@ -478,7 +521,7 @@ def _scanner() -> tuple[re.Pattern[bytes], dict[int, tuple[str, str]]]:
     for opcode in pickletools.opcodes:
         code = opcode.code.encode("latin1")[0]
         size = 0 if opcode.arg is None else opcode.arg.n
-        if opcode.name in ("STOP", "PUT", "LONG_BINPUT", "FRAME") or size < 0:
+        if opcode.name in ("STOP", "PUT", "LONG_BINPUT", "FRAME", *_TUPLE_OPCODES) or size < 0:
             slow[code] = (opcode.name, "" if opcode.arg is None else opcode.arg.name)
         else:
             fixed.setdefault(size, []).append(code)
@@ -506,10 +549,14 @@ _COUNT_FORMATS = {
 }
 
 
-def check_opcodes(data: bytes | bytearray) -> None:
-    """Refuse a pickle whose opcodes would make the C unpickler allocate more than the data justifies."""
+def check_opcodes(data: bytes | bytearray) -> int:
+    """Refuse a pickle whose opcodes would make the C unpickler allocate more than the data justifies.
+
+    Returns the number of tuple opcodes: a bound on how deeply the pickle's tuples nest.
+    """
     end = len(data)
     position = 0
+    tuples = 0
     while True:
         position = _FAST_RUN.match(data, position).end()
         if position >= end:
@@ -519,8 +566,12 @@ def check_opcodes(data: bytes | bytearray) -> None:
         if kind is None:
             raise _Malformed(f"invalid pickle opcode {bytes([code])!r} at byte {position}")
         name, argument = kind
+        if name in _TUPLE_OPCODES:
+            tuples += 1
+            position += 1
+            continue
         if name == "STOP":
-            return
+            return tuples
         if name in ("LONG_BINPUT", "FRAME"):
             width = 4 if name == "LONG_BINPUT" else 8
             if position + 1 + width > end:
@@ -554,6 +605,44 @@ def check_opcodes(data: bytes | bytearray) -> None:
             if line_end < 0:
                 raise _Malformed("the pickle is truncated inside a text opcode")
         position = line_end + 1
+
+
+# Hashing one level of tuple nesting takes 64 bytes of C stack on CPython 3.11 (x86-64, gcc -O3); four times that
+# leaves room for other builds. Up to _INLINE_TUPLES levels fit any thread's stack (even macOS's 512 KiB).
+_STACK_BYTES_PER_TUPLE = 256
+_INLINE_TUPLES = 1000
+_MAX_TUPLES = 1 << 22
+_BASE_STACK_BYTES = 16 << 20
+_STACK_SIZE_LOCK = threading.Lock()
+
+
+def _call_with_stack(function: Any, tuples: int) -> Any:
+    """``function()``, on a thread whose C stack holds ``tuples`` levels of tuple nesting when more than a few."""
+    if tuples <= _INLINE_TUPLES:
+        return function()
+    if tuples > _MAX_TUPLES:
+        raise _Malformed(f"the pickle has {tuples} tuple opcodes, more than the {_MAX_TUPLES} rollaudit reads")
+    page = 1 << 16
+    size = (_BASE_STACK_BYTES + tuples * _STACK_BYTES_PER_TUPLE + page - 1) // page * page
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    with _STACK_SIZE_LOCK:  # stack_size is process-wide: set it for this thread only, then put it back
+        previous = threading.stack_size(size)
+        try:
+            worker = threading.Thread(target=run, name="rollaudit-unpickle", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+    worker.join()
+    if "error" in outcome:
+        raise outcome.pop("error")
+    return outcome["value"]
 
 
 class _WholeBuffer:
@@ -730,11 +819,20 @@ class TorchArchive:
                         raise self._error(f"zip member {_printable(member.filename)} is truncated")
                     filled += count
                 return buffer
+            # Inflate into one buffer of the declared size, a chunk at a time: no more memory than declared (and the
+            # declared size is at most _MAX_DEFLATE_RATIO times the compressed one), never a second copy.
+            buffer = bytearray(member.file_size)
+            view = memoryview(buffer)
+            filled = 0
             with self._zip.open(member) as opened:
-                data = opened.read()
-            if len(data) != member.file_size:
+                while filled < member.file_size:
+                    count = opened.readinto(view[filled : filled + _INFLATE_CHUNK])
+                    if not count:
+                        break
+                    filled += count
+            if filled != member.file_size:
                 raise self._error(f"zip member {_printable(member.filename)} does not inflate to its declared size")
-            return bytearray(data)
+            return buffer
         except InputError:
             raise
         except Exception as error:
@@ -776,8 +874,7 @@ class TorchArchive:
         stream = _WholeBuffer(data)
         unpickler = _RestrictedUnpickler(stream, self, lazy_tensors)
         try:
-            check_opcodes(data)
-            value = unpickler.load()
+            value = _call_with_stack(unpickler.load, check_opcodes(data))
         except InputError:
             raise
         except Exception as error:  # the C unpickler raises many types on damaged or hostile input

@@ -215,15 +215,6 @@ def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of verl dumps, in file order: one canonical table per step."""
-    seen: dict[int, Path] = {}
-    tables: list[tuple[int, pa.Table]] = []
-    for path, file_table in zip(paths, reduced, strict=True):
-        for step, table in _generic.split_steps(file_table):
-            if step in seen:
-                raise InputError(
-                    f"two verl dumps of step {step}: {seen[step]} and {path}",
-                    expected="one file per step (rollout_data_dir and validation_data_dir loaded apart)",
-                )
-            seen[step] = path
-            tables.append((step, table))
-    return [table for _, table in sorted(tables, key=lambda item: item[0])]
+    return _generic.one_file_per_step(
+        paths, reduced, "verl dumps", "one file per step (rollout_data_dir and validation_data_dir loaded apart)"
+    )
