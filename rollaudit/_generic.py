@@ -530,10 +530,12 @@ def is_number(kind: pa.DataType) -> bool:
 
 def _passthrough(array: pa.Array | pa.ChunkedArray) -> pa.Array | None:
     """A passed-through column in a type every table operation supports (the canonical table is sorted, split by
-    step and concatenated): string views become strings; a type without a ``take`` kernel is left out."""
+    step and concatenated): string views become strings, half floats floats; a type without ``take`` is left out."""
     array = _plain(array)
     if pa.types.is_string_view(array.type):
         array = array.cast(pa.string())
+    elif pa.types.is_float16(array.type):  # most compute kernels (sort, min_max, comparisons) lack half floats
+        array = array.cast(pa.float32())
     try:
         array.take(pa.array([], pa.int64()))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
@@ -571,6 +573,8 @@ def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> p
         # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
         return array.cast(pa.float64(), safe=False)
     if _string_like(kind):
+        if pa.types.is_string_view(kind):
+            array = array.cast(pa.string())  # the regular-expression kernel below has no string_view version
         try:
             return array.cast(pa.float64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -607,6 +611,8 @@ def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.
     if pa.types.is_boolean(kind):
         return array.cast(pa.int64())
     if pa.types.is_floating(kind):
+        if pa.types.is_float16(kind):  # pyarrow casts half floats to ints by their bits, and has no floor for them
+            array, kind = array.cast(pa.float32()), pa.float32()
         # CSV and pandas store integer ids with a missing value as floats: NaN is a missing key.
         array = pc.if_else(pc.is_nan(array), pa.scalar(None, kind), array)
         try:
@@ -735,6 +741,8 @@ def _nonzero(flat: pa.Array, path: Path, field: str) -> np.ndarray:
         raise InputError(f"has values of type {flat.type}", file=str(path), field=field, expected="0/1 mask values")
     if pa.types.is_boolean(flat.type):
         return pc.fill_null(flat, False).to_numpy(zero_copy_only=False)
+    if pa.types.is_float16(flat.type):  # no comparison kernel for half floats
+        flat = flat.cast(pa.float32())
     return pc.fill_null(pc.not_equal(flat, 0), False).to_numpy(zero_copy_only=False)
 
 

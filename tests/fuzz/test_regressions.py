@@ -243,3 +243,34 @@ def test_two_columns_of_one_name(tmp_path: Path):
         writer.write_table(table)
     error = _load(stream)
     assert isinstance(error, InputError) and "two columns" in str(error)
+
+
+def test_a_string_view_reward_column_that_is_not_numbers(tmp_path: Path):
+    """float_values tried a regular expression on a string_view column: no such kernel (ArrowNotImplementedError)."""
+    path = tmp_path / "t.arrow"
+    table = pa.table({"reward": pa.array(["1", "x"]).cast(pa.string_view()), "uid": ["a", "a"]})
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    error = _load(path)
+    assert isinstance(error, InputError) and "is not a number: 'x'" in str(error), error
+
+
+def test_half_float_keys_masks_and_extras(tmp_path: Path):
+    """pyarrow casts float16 to int64 by its bits and has no floor, comparison, sort or min_max kernel for it."""
+    half = pa.array(np.array([2.0, 2.0], dtype=np.float16))
+    path = tmp_path / "t.parquet"
+    table = pa.table(
+        {
+            "reward": [1.0, 0.0],
+            "uid": half,
+            "advantages": [[0.5, 0.5], [-0.5]],
+            "token_loss_mask": pa.array([[1.0, 0.0], [1.0]], pa.list_(pa.float16())),
+            "extra": half,
+        }
+    )
+    pq.write_table(table, path)
+    loaded = _load(path)
+    assert isinstance(loaded, pa.Table), loaded
+    assert loaded.column("prompt").to_pylist() == [2, 2]
+    assert loaded.column("response_length").to_pylist() == [1, 1]
+    assert loaded.column("extra").type == pa.float32()
