@@ -1065,11 +1065,6 @@ def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
     return table.replace_schema_metadata({_HAS_STEPS: b"1" if has_steps else b"0"})
 
 
-def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
-    """Read generic tables: one canonical table per step; files of the same step form one batch, in order."""
-    return combine(paths, [reduce_file(path, options) for path in paths], options)
-
-
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of generic files, in file order: one canonical table per step."""
     parts: dict[int, list[pa.Table]] = {}
@@ -1100,7 +1095,6 @@ __all__ = [
     "combine",
     "detect",
     "expand_directory",
-    "read",
     "reduce_file",
     "sniff",
 ]

@@ -614,11 +614,6 @@ def _from_reduced(path: Path, table: pa.Table) -> RolloutStep | TrainStep:
     )
 
 
-def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
-    """Read slime dumps (rollout and train dumps, any order), one after the other: one canonical table per step."""
-    return combine(paths, [reduce_file(path, options) for path in paths], options)
-
-
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of slime dumps (any order) to one canonical table per step, train dumps joined."""
     rollouts: list[RolloutStep] = []

@@ -284,11 +284,6 @@ def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
     return concat_tables([table for _, table in read_file(path, options)])
 
 
-def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
-    """Read TRL completion logs: one canonical table per step."""
-    return combine(paths, [reduce_file(path, options) for path in paths], options)
-
-
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of TRL completion logs, in file order: one canonical table per step."""
     return _generic.one_file_per_step(paths, reduced, "TRL completion logs", "one completions_*.parquet per step")

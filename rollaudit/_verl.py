@@ -208,11 +208,6 @@ def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
     return concat_tables([table for _, table in read_file(path, options)])
 
 
-def read(paths: list[Path], options: LoadOptions) -> list[pa.Table]:
-    """Read verl dumps: one canonical table per step (two files of one step are an error: train and validation?)."""
-    return combine(paths, [reduce_file(path, options) for path in paths], options)
-
-
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of verl dumps, in file order: one canonical table per step."""
     return _generic.one_file_per_step(
