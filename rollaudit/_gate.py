@@ -321,7 +321,11 @@ def find_pyproject(start_dir: str | os.PathLike[str] = ".") -> Path | None:
     directory = Path(start_dir).resolve()
     for candidate in (directory, *directory.parents):
         path = candidate / "pyproject.toml"
-        if path.is_file() and _gate_table(_read_toml(path), path, required=False) is not None:
+        try:
+            present = path.is_file()
+        except PermissionError:
+            present = False  # a directory we may not look into holds no config we could read
+        if present and _gate_table(_read_toml(path), path, required=False) is not None:
             return path
     return None
 
