@@ -50,10 +50,10 @@ def resolve_schemes(schemes: SchemeList) -> dict[str, Scheme]:
 
 
 def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tuple[object, dict[str, torch.Tensor]]:
-    from ._kernel import advantages, encode
+    from ._kernel import advantages_of, encode
 
     encoded = encode(table, device)
-    return encoded, {name: advantages(encoded, scheme) for name, scheme in schemes.items()}
+    return encoded, advantages_of(encoded, schemes)
 
 
 def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: str = "auto") -> pa.Table:

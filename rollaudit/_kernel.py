@@ -5,12 +5,18 @@ tensor once; ``advantages`` applies one :class:`~rollaudit.Scheme` with
 segment reductions (scatter sums over dense group codes), so the cost is a
 handful of vector passes whatever the number of groups. Sums are float64
 whatever the input dtype: float32 scatter sums lose digits on large groups.
+
+On the CPU, fresh memory is a cost of its own (first touches of new pages
+can cost as much as the arithmetic on them), so two-step passes run piece by
+piece through a small buffer, and ``advantages_of`` runs several schemes in
+threads, since torch's scatter and gather kernels use one core each.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 
 import numpy as np
@@ -23,6 +29,16 @@ from ._schemes import Scheme
 from ._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY
 
 F64 = torch.float64
+
+# Rows per piece of a two-step vector operation (square then sum, gather then multiply): the
+# intermediate lives in a small buffer that stays in cache, never in a fresh buffer per row.
+PIECE = 1 << 18
+
+
+def pieces(rows: int, device: torch.device) -> list[slice]:
+    """Row slices of ``PIECE`` rows on the CPU; one slice on a GPU, where each piece costs a launch."""
+    step = PIECE if device.type == "cpu" else max(rows, 1)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
 def choose_device(device: str | torch.device = "auto") -> torch.device:
@@ -46,7 +62,7 @@ def compact_codes(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
     """
     if keys.numel() == 0:
         return keys.clone(), 0
-    low, high = int(keys.min()), int(keys.max())
+    low, high = (int(bound) for bound in torch.aminmax(keys))
     span = high - low + 1
     if span <= 4 * keys.numel() + 1024:
         return (keys if low == 0 else keys - low), span
@@ -62,7 +78,7 @@ def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
     count = keys.numel()
     if count == 0:
         return keys.clone(), 0
-    low, high = int(keys.min()), int(keys.max())
+    low, high = (int(bound) for bound in torch.aminmax(keys))
     if low == high:
         return torch.zeros_like(keys), 1
     span = high - low + 1
@@ -97,22 +113,23 @@ def _numpy(column: pa.ChunkedArray, dtype: type) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
-def _arrow_codes(column: pa.ChunkedArray) -> torch.Tensor:
-    """Compact int64 codes for a key column, -1 where null (see ``compact_codes``)."""
+def _arrow_codes(column: pa.ChunkedArray) -> tuple[torch.Tensor, int]:
+    """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``)."""
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if array.null_count == len(array):
-        return torch.full((len(array),), -1, dtype=torch.int64)
+        return torch.full((len(array),), -1, dtype=torch.int64), 0
     if pa.types.is_integer(array.type):
         filled = array.fill_null(int(pc.min(array).as_py())) if array.null_count else array
         values = _tensor(filled.to_numpy().astype(np.int64, copy=False))
-        codes, _ = compact_codes(values)
+        codes, count = compact_codes(values)
     else:
         encoded = pc.dictionary_encode(array, null_encoding="mask")
         codes = _tensor(encoded.indices.fill_null(0).to_numpy().astype(np.int64))
+        count = len(encoded.dictionary)
     if array.null_count:
         codes = codes.clone()
         codes[_tensor(array.is_null().to_numpy(zero_copy_only=False))] = -1
-    return codes
+    return codes, count
 
 
 class Encoded:
@@ -123,7 +140,6 @@ class Encoded:
         self.device = device
         self.rows = table.num_rows
         self._groups: dict = {}
-        self._scratch: torch.Tensor | None = None
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
@@ -140,13 +156,6 @@ class Encoded:
     def all_finite(self) -> bool:
         # A finite float64 sum proves every term finite (NaN and inf propagate) without a mask pass.
         return bool(torch.isfinite(self.reward.sum())) or bool(self.finite.all())
-
-    def scratch(self) -> torch.Tensor:
-        """A float64 work buffer of one value per row, reused across schemes: fresh pages cost
-        more than the arithmetic on them."""
-        if self._scratch is None:
-            self._scratch = torch.empty(self.rows, dtype=F64, device=self.device)
-        return self._scratch
 
     @cached_property
     def _steps(self) -> tuple[torch.Tensor | None, np.ndarray]:
@@ -180,12 +189,38 @@ class Encoded:
         return codes
 
     @cached_property
+    def _prompt_codes(self) -> tuple[torch.Tensor, int]:
+        codes, count = _arrow_codes(self.table.column(PROMPT))
+        return self._to_device(codes), count
+
+    @property
     def prompt(self) -> torch.Tensor:
-        return self._to_device(_arrow_codes(self.table.column(PROMPT)))
+        """Compact prompt code of each row, -1 where the row has no prompt key."""
+        return self._prompt_codes[0]
+
+    @property
+    def prompt_count(self) -> int:
+        """How many prompt codes there are (0: no row has a prompt key)."""
+        return self._prompt_codes[1]
 
     @cached_property
+    def _trajectory_codes(self) -> tuple[torch.Tensor, int]:
+        codes, count = _arrow_codes(self.table.column(TRAJECTORY))
+        return self._to_device(codes), count
+
+    @property
     def trajectory(self) -> torch.Tensor:
-        return self._to_device(_arrow_codes(self.table.column(TRAJECTORY)))
+        """Compact trajectory code of each row, -1 where the row has no trajectory key."""
+        return self._trajectory_codes[0]
+
+    @property
+    def trajectory_count(self) -> int:
+        """How many trajectory codes there are (0: no row has a trajectory key)."""
+        return self._trajectory_codes[1]
+
+    @property
+    def every_trajectory_keyed(self) -> bool:
+        return self.table.column(TRAJECTORY).null_count == 0
 
     @cached_property
     def position(self) -> torch.Tensor:
@@ -209,8 +244,12 @@ class Encoded:
     def _batch_order(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(global rank of each row in (step, position, row) order, rows in that order or None if
         the table is already in batch order)."""
-        rows = torch.arange(self.rows, device=self.device)
         position = self.position
+        one_run = self.single_step and self.rows and int(position[0]) == 0 and int(position[-1]) == self.rows - 1
+        if one_run and bool((position[1:] > position[:-1]).all()):
+            # Strictly ascending from 0 to rows - 1: the positions are the ranks (no arange to build).
+            return position, None
+        rows = torch.arange(self.rows, device=self.device)
         ascending = position[1:] >= position[:-1]
         if not self.single_step:
             step = self.step
@@ -246,7 +285,7 @@ class Encoded:
     @cached_property
     def prompt_present(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per step: how many rows have a prompt key, and the first place (batch order) without one."""
-        if self.rows == 0 or int(self.prompt.min()) >= 0:
+        if self.table.column(PROMPT).null_count == 0:
             return self.step_sizes, None
         missing = self.prompt < 0
         keyed = torch.bincount(self.step[~missing], minlength=self.steps)
@@ -289,7 +328,8 @@ def _prompt_groups(enc: Encoded, n: int | None, label: str) -> tuple[torch.Tenso
     """One group per (step, prompt); a step with no prompt keys at all falls back to slices of n."""
     keyed, first_missing = enc.prompt_present
     if first_missing is None:
-        return _step_pairs(enc, enc.prompt)
+        # One step: the prompt codes are the group codes already.
+        return (enc.prompt, enc.prompt_count) if enc.single_step else _step_pairs(enc, enc.prompt)
     partial = (keyed > 0) & (keyed < enc.step_sizes)
     if bool(partial.any()):
         step = int(torch.nonzero(partial)[0])
@@ -346,48 +386,62 @@ def group_codes(enc: Encoded, scheme: Scheme) -> tuple[torch.Tensor, int]:
     return enc._groups[cache_key]
 
 
-@dataclass(frozen=True)
 class Units:
-    """Members of trajectory-level statistics: one unit per distinct (group, trajectory)."""
+    """Members of trajectory-level statistics: one unit per distinct (group, trajectory).
 
-    of_row: torch.Tensor  # compact unit code of each row
-    count: int  # number of unit codes (gaps allowed: an empty code has no rows)
-    group: torch.Tensor  # group code of each unit code
-    first_rank: torch.Tensor  # batch rank of each unit's first row (int64 max for an empty code)
+    Unit codes may leave gaps (a code without rows). Such an empty unit sits
+    in one extra group, code ``group_count``, so that the real groups'
+    statistics never see it and need no weights; nothing reads it back.
+    """
+
+    def __init__(self, enc: Encoded, of_row: torch.Tensor, count: int, groups: torch.Tensor, group_count: int):
+        self.enc, self.of_row, self.count, self.group_count = enc, of_row, count, group_count
+        # Every row writes its group to its unit; an empty code keeps the extra group. Which of a unit's
+        # writes lands is unspecified, so units are only used where their rows share a group (pair codes,
+        # or trajectory codes checked against the groups).
+        self.group = torch.full((count,), group_count, device=enc.device).scatter_(0, of_row, groups)
+
+    @cached_property
+    def first_row(self) -> torch.Tensor:
+        """Each unit's first row in batch order (the last row for an empty code)."""
+        first = _first_ranks(self.enc, self.of_row, self.count)
+        return self.enc.row_at(first.clamp_(max=self.enc.rows - 1))
 
 
 _NO_RANK = torch.iinfo(torch.int64).max
 
 
-def _first_ranks(enc: Encoded, of_row: torch.Tensor, count: int) -> torch.Tensor:
-    """The smallest batch rank among each unit's rows: its first sample in batch order."""
+def _first_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
+    """The smallest of ``ranks`` (default: batch ranks) among each unit's rows; ``_NO_RANK`` where none."""
     first = torch.full((count,), _NO_RANK, device=enc.device)
-    return first.scatter_reduce_(0, of_row, enc.batch_rank, "amin")
+    return first.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amin")
 
 
-def _units_of(enc: Encoded, of_row: torch.Tensor, count: int, groups: torch.Tensor) -> Units:
-    first = _first_ranks(enc, of_row, count)
-    # A unit's group is its first row's group (empty codes: row 0's, never read).
-    first_row = enc.row_at(torch.where(first == _NO_RANK, 0, first))
-    return Units(of_row, count, groups.index_select(0, first_row), first)
+def _all_equal_gathered(source: torch.Tensor, index: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether ``source[index] == expected`` everywhere, gathered piece by piece (no buffer per row)."""
+    buffer = torch.empty(min(PIECE, index.numel()), dtype=source.dtype, device=source.device)
+    for rows in pieces(index.numel(), index.device):
+        gathered = torch.index_select(source, 0, index[rows], out=buffer[: rows.stop - rows.start])
+        if not torch.equal(gathered, expected[rows]):
+            return False
+    return True
 
 
-def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
+def trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Units | None:
     """The (group, trajectory) units of a grouping; None when no row has a trajectory key (then
     every sample is a trajectory of its own and the samples are the units)."""
-    key = ("units", groups.data_ptr())
-    if key in enc._groups:
-        return enc._groups[key]
-    trajectory = enc.trajectory
+    # Cached with the groups tensor itself: while it is held, no other tensor can take its id.
+    key = ("units", id(groups), group_count)
+    if key in enc._groups and enc._groups[key][0] is groups:
+        return enc._groups[key][1]
     units = None
-    if enc.rows and int(trajectory.max()) >= 0:
-        key_count = int(trajectory.max()) + 1
-        if int(trajectory.min()) >= 0:
+    if enc.trajectory_count:
+        trajectory, key_count = enc.trajectory, enc.trajectory_count
+        if enc.every_trajectory_keyed:
             # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing.
-            # Nested if every row's group is its trajectory's first row's group (checked in a reused buffer).
-            nested = _units_of(enc, trajectory, key_count, groups)
-            spread = torch.index_select(nested.group, 0, trajectory, out=enc.scratch().view(torch.int64))
-            if bool(spread.eq_(groups).all()):
+            # Nested if every row's group is the group its trajectory's unit took.
+            nested = Units(enc, trajectory, key_count, groups, group_count)
+            if _all_equal_gathered(nested.group, trajectory, groups):
                 units = nested
             trajectory_key = trajectory
         else:
@@ -395,8 +449,8 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor) -> Units | None:
             rows = torch.arange(enc.rows, device=enc.device)
             trajectory_key = torch.where(trajectory < 0, key_count + rows, trajectory)
         if units is None:
-            units = _units_of(enc, *_pair_codes(groups, trajectory_key), groups)
-    enc._groups[key] = units
+            units = Units(enc, *_pair_codes(groups, trajectory_key), groups, group_count)
+    enc._groups[key] = (groups, units)
     return units
 
 
@@ -422,21 +476,50 @@ class Segments:
     def sizes_at_least_one(self) -> torch.Tensor:
         return self.sizes.clamp(min=1)
 
-    def deviation(self, values: torch.Tensor, per_segment: torch.Tensor) -> torch.Tensor:
-        """``values`` minus each row's segment value, in one new tensor."""
+    def deviation(self, values: torch.Tensor, per_segment: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+        """``values`` minus each row's segment value, in one new tensor or (``in_place``) in ``values``."""
         if self.codes is None:
-            return values - per_segment
-        return self.spread(per_segment).neg_().add_(values)
+            return values.sub_(per_segment) if in_place else values - per_segment
+        if not in_place:
+            return self.spread(per_segment).neg_().add_(values)
+        return self._piecewise(values, per_segment, torch.Tensor.sub_)
 
-    def spread(self, per_segment: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Each row's segment value (into ``out`` when given)."""
+    def sum_of_squares(self, values: torch.Tensor) -> torch.Tensor:
+        """Float64 sum of squared float64 ``values`` per segment, squared piece by piece.
+
+        Not ``torch.dot``: BLAS may split the sum differently from call to call.
+        """
+        total = torch.zeros(self.count, dtype=F64, device=values.device)
+        buffer = torch.empty(min(PIECE, values.numel()), dtype=F64, device=values.device)
+        for rows in pieces(values.numel(), values.device):
+            piece = values[rows]
+            squares = torch.mul(piece, piece, out=buffer[: piece.numel()])
+            if self.codes is None:
+                total += squares.sum()
+            else:
+                total.scatter_add_(0, self.codes[rows], squares)
+        return total
+
+    def scale_(self, values: torch.Tensor, per_segment: torch.Tensor) -> torch.Tensor:
+        """Multiply ``values`` in place by each row's segment value."""
         if self.codes is None:
-            return per_segment.expand(self.rows) if out is None else out.copy_(per_segment.expand(self.rows))
-        return (
-            torch.index_select(per_segment, 0, self.codes, out=out)
-            if out is not None
-            else per_segment.index_select(0, self.codes)
-        )
+            return values.mul_(per_segment)
+        return self._piecewise(values, per_segment, torch.Tensor.mul_)
+
+    def _piecewise(self, values: torch.Tensor, per_segment: torch.Tensor, operation) -> torch.Tensor:
+        """``operation(values, each row's segment value)`` in place, gathering piece by piece."""
+        buffer = torch.empty(min(PIECE, values.numel()), dtype=per_segment.dtype, device=values.device)
+        for rows in pieces(values.numel(), values.device):
+            operation(
+                values[rows], torch.index_select(per_segment, 0, self.codes[rows], out=buffer[: rows.stop - rows.start])
+            )
+        return values
+
+    def spread(self, per_segment: torch.Tensor) -> torch.Tensor:
+        """Each row's segment value."""
+        if self.codes is None:
+            return per_segment.expand(self.rows)
+        return per_segment.index_select(0, self.codes)
 
 
 def _segments(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:
@@ -451,30 +534,34 @@ def _step_segments(enc: Encoded) -> Segments:
     return Segments(None if enc.single_step else enc.step, enc.steps, enc.rows, enc.device)
 
 
-def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.Tensor, torch.Tensor]:
-    """(value, valid) per unit: the representative reward over the unit's finite samples."""
+def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(value, valid) per unit: the representative reward over the unit's finite samples; valid is
+    None when every unit has one (every reward finite), else False for a unit without a finite sample."""
     count = units.count
-    finite = None if enc.all_finite else enc.finite
+    if enc.all_finite:
+        if scheme.representative == "first":
+            return enc.reward.index_select(0, units.first_row), None
+        if scheme.representative == "mean":
+            return torch.bincount(units.of_row, weights=enc.reward, minlength=count).div_(
+                torch.bincount(units.of_row, minlength=count).clamp_(min=1)
+            ), None
+        value = torch.full((count,), -torch.inf, dtype=F64, device=enc.device)
+        return value.scatter_reduce_(0, units.of_row, enc.reward, "amax"), None
+    finite = enc.finite
     if scheme.representative == "first":
         # First finite member in batch order: the smallest batch rank among the unit's finite rows.
-        if finite is None:
-            first = units.first_rank.clone()
-        else:
-            rank = torch.where(finite, enc.batch_rank, _NO_RANK)
-            first = torch.full((count,), _NO_RANK, device=enc.device).scatter_reduce_(0, units.of_row, rank, "amin")
+        first = _first_ranks(enc, units.of_row, count, torch.where(finite, enc.batch_rank, _NO_RANK))
         invalid = first == _NO_RANK
         value = enc.reward.index_select(0, enc.row_at(first.masked_fill_(invalid, 0)))
         return value.masked_fill_(invalid, 0.0), ~invalid
-    finite_units = units.of_row if finite is None else units.of_row[finite]
-    finite_count = torch.bincount(finite_units, minlength=count)
+    finite_count = torch.bincount(units.of_row[finite], minlength=count)
     valid = finite_count > 0
     if scheme.representative == "mean":
-        safe_reward = enc.reward if finite is None else torch.where(finite, enc.reward, 0.0)
+        safe_reward = torch.where(finite, enc.reward, 0.0)
         value = torch.bincount(units.of_row, weights=safe_reward, minlength=count) / finite_count.clamp(min=1)
     else:
-        masked = enc.reward if finite is None else torch.where(finite, enc.reward, -torch.inf)
         value = torch.full((count,), -torch.inf, dtype=F64, device=enc.device)
-        value.scatter_reduce_(0, units.of_row, masked, "amax")
+        value.scatter_reduce_(0, units.of_row, torch.where(finite, enc.reward, -torch.inf), "amax")
     return torch.where(valid, value, 0.0), valid
 
 
@@ -511,7 +598,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     a one-member group under ``singleton="nan"``); nothing else is NaN.
     """
     group_of_row, group_count = group_codes(enc, scheme)
-    units = trajectory_units(enc, group_of_row) if scheme.members == "trajectories" else None
+    units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
     if units is None:
         # The members are the samples themselves.
         unit_of_row = None
@@ -521,7 +608,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     else:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
-        groups = Segments(units.group, group_count, units.count, enc.device)
+        groups = Segments(units.group, group_count + 1, units.count, enc.device)
 
     weight = None if valid is None else valid.to(F64)
     count = groups.sizes if weight is None else groups.sum(weight)
@@ -531,13 +618,12 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     affine = scheme.baseline == "mean" and (scheme.scale == "none" or scheme.std_over == "group")
     if affine and has_singletons and scheme.singleton == "raw":
         mean = torch.where(singleton, 0.0, mean)  # raw: a lone member keeps r (mean 0, std 1)
-    # Two passes (mean first, then squared deviations): exact where a one-pass sum cancels.
-    deviation = groups.deviation(value, mean)
+    # Two passes (mean first, then squared deviations): exact where a one-pass sum cancels. Unit values
+    # are this call's own tensor; affine schemes never read them again, so they are centred in place.
+    deviation = groups.deviation(value, mean, in_place=units is not None and affine)
     if weight is not None:
         deviation.mul_(weight)
-    size = deviation.numel()
-    scratch = enc.scratch()[:size] if size <= enc.rows else torch.empty_like(deviation)
-    group_spread = groups.sum(torch.mul(deviation, deviation, out=scratch))
+    group_spread = groups.sum_of_squares(deviation)
 
     if affine:
         # Affine per group: A = (r - mean_g) * factor_g. A lone member's deviation is exactly 0,
@@ -550,7 +636,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         if has_singletons:
             lone = float(_singleton_values(scheme, torch.ones(1, dtype=F64)))  # 0, NaN, or raw's 1 / (1 + eps)
             factor = factor.masked_fill_(singleton, lone)
-        unit_advantage = deviation.mul_(groups.spread(factor, out=scratch))
+        unit_advantage = groups.scale_(deviation, factor)
         has_singletons = False
     else:
         member_count = groups.spread(count)
@@ -583,7 +669,34 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
 
     if has_singletons:
         unit_advantage = torch.where(groups.spread(singleton), _singleton_values(scheme, value), unit_advantage)
+    # Without units, the advantage is this call's own tensor (never the input): patched in place below.
     result = unit_advantage if unit_of_row is None else unit_advantage.index_select(0, unit_of_row)
     if not enc.all_finite:
-        result = torch.where(enc.finite, result, torch.nan if scheme.nonfinite == "nan" else 0.0)
+        result.masked_fill_(~enc.finite, torch.nan if scheme.nonfinite == "nan" else 0.0)
     return result
+
+
+def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torch.Tensor]:
+    """``advantages`` of every scheme, by name, in the order given.
+
+    On the CPU, schemes run side by side in threads: torch's scatter and
+    gather kernels use one core each, so a second scheme fills an idle core.
+    Results are collected in the order given, so the first failing scheme
+    raises its error, as it would one scheme after another.
+    """
+    workers = min(len(schemes), torch.get_num_threads())
+    if enc.device.type != "cpu" or workers < 2:
+        return {name: advantages(enc, scheme) for name, scheme in schemes.items()}
+    # Shared inputs first, in this thread: schemes with the same groups share their codes.
+    enc.all_finite  # noqa: B018
+    for scheme in schemes.values():
+        try:
+            group_codes(enc, scheme)
+        except SchemeError:
+            break  # raised again by this scheme's own advantages, in its turn below
+
+    # Trajectory schemes cost the most: start them first.
+    longest_first = sorted(schemes, key=lambda name: schemes[name].members != "trajectories")
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollaudit") as pool:
+        futures = {name: pool.submit(advantages, enc, schemes[name]) for name in longest_first}
+        return {name: futures[name].result() for name in schemes}

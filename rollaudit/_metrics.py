@@ -107,7 +107,7 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
         0, group, rows, "amin"
     )
     samples = torch.bincount(group, minlength=count)
-    units = trajectory_units(enc, group)
+    units = trajectory_units(enc, group, count)
     if units is None:
         return Groups(
             group, count, first_row, samples, samples, torch.ones(enc.rows, dtype=torch.int64, device=enc.device)

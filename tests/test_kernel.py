@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-from rollaudit import SchemeError
+from rollaudit import SchemeError, _kernel
 from tests.oracle import OracleError, oracle_advantages
 
 SCHEMES = [
@@ -42,10 +43,15 @@ ODD_REWARDS = st.sampled_from([math.nan, math.inf, -math.inf])
 
 @st.composite
 def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_keys=None):
-    """Rows of 1-3 steps, uneven prompt groups, trajectories of 1+ samples, rows shuffled across steps."""
+    """Rows of 1-3 steps, uneven prompt groups, trajectories of 1+ samples, rows shuffled across steps.
+
+    Trajectory keys are strings nested in their prompt, integers nested in their prompt with gaps
+    between them (empty codes), or integers shared by every prompt (not nested: units are pairs).
+    """
     rows = []
     prompt_counter = 0
     use_strings = draw(st.booleans()) if string_keys is None else string_keys
+    trajectory_keys = draw(st.sampled_from(["nested", "gaps", "shared"]))
     for step in draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)):
         step_rows = []
         for _ in range(draw(st.integers(1, 5))):
@@ -54,13 +60,18 @@ def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_ke
             trajectories = draw(st.integers(1, 4))
             for _ in range(draw(st.integers(1, 7))):
                 trajectory = draw(st.integers(0, trajectories - 1))
+                key = {
+                    "nested": f"{prompt}/{trajectory}",
+                    "gaps": prompt_counter * 9 + trajectory * 2,
+                    "shared": trajectory,
+                }[trajectory_keys]
                 missing = allow_missing_trajectory and draw(st.integers(0, 9)) == 0
                 reward = draw(ODD_REWARDS) if allow_nonfinite and draw(st.integers(0, 24)) == 0 else draw(REWARDS)
                 step_rows.append(
                     {
                         "step": step,
                         "prompt": prompt,
-                        "trajectory": None if missing else f"{prompt}/{trajectory}",
+                        "trajectory": None if missing else key,
                         "reward": reward,
                     }
                 )
@@ -100,8 +111,8 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @PROPERTY
-@given(rows=batches())
-def test_kernel_matches_oracle(scheme, rows):
+@given(rows=batches(), piece=st.sampled_from([1, 2, 5, _kernel.PIECE]))
+def test_kernel_matches_oracle(scheme, rows, piece):
     parsed = rollaudit.get_scheme(scheme)
     try:
         expected = oracle_advantages([dict(row) for row in rows], parsed)
@@ -109,7 +120,34 @@ def test_kernel_matches_oracle(scheme, rows):
         with pytest.raises(SchemeError):
             kernel(rows, scheme)
         return
-    assert_close(kernel(rows, scheme), expected)
+    # Small pieces: the piecewise loops cross piece boundaries as they do on millions of rows.
+    with mock.patch.object(_kernel, "PIECE", piece):
+        assert_close(kernel(rows, scheme), expected)
+
+
+@PROPERTY
+@given(rows=batches())
+def test_schemes_side_by_side_equal_one_at_a_time(rows):
+    # recompute runs several schemes in threads on the CPU; each must be bit for bit its own run.
+    schemes = [scheme for scheme in SCHEMES if _recomputes(rows, scheme)]
+    together = rollaudit.recompute(table_of(rows), schemes, device="cpu")
+    for scheme in schemes:
+        alone = rollaudit.recompute(table_of(rows), [scheme], device="cpu").column(0).to_numpy()
+        assert together.column(scheme).to_numpy().tobytes() == alone.tobytes(), scheme
+
+
+def _recomputes(rows, scheme) -> bool:
+    try:
+        kernel(rows, scheme)
+    except SchemeError:
+        return False
+    return True
+
+
+def test_an_invalid_scheme_among_several_raises_its_own_error():
+    table = rollaudit.make_table(reward=[1.0, 0.0, 1.0], prompt=[0, 0, 1])
+    with pytest.raises(SchemeError, match="n=2"):
+        rollaudit.recompute(table, ["prompt", "trajectory", "positional(n=2)", "batch"], device="cpu")
 
 
 @PROPERTY
