@@ -15,7 +15,7 @@ threads, since torch's scatter and gather kernels use one core each.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 
@@ -35,10 +35,14 @@ F64 = torch.float64
 PIECE = 1 << 18
 
 
-def pieces(rows: int, device: torch.device) -> list[slice]:
-    """Row slices of ``PIECE`` rows on the CPU; one slice on a GPU, where each piece costs a launch."""
-    step = PIECE if device.type == "cpu" else max(rows, 1)
-    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+def pieces(rows: int, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Slices of at most ``PIECE`` rows on the CPU (one slice on a GPU, where each piece costs a
+    launch), each with a buffer of its length: one buffer, reused from piece to piece."""
+    step = max(min(PIECE, rows) if device.type == "cpu" else rows, 1)
+    buffer = torch.empty(step, dtype=dtype, device=device)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        yield slice(start, stop), buffer[: stop - start]
 
 
 def choose_device(device: str | torch.device = "auto") -> torch.device:
@@ -419,9 +423,8 @@ def _first_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Te
 
 def _all_equal_gathered(source: torch.Tensor, index: torch.Tensor, expected: torch.Tensor) -> bool:
     """Whether ``source[index] == expected`` everywhere, gathered piece by piece (no buffer per row)."""
-    buffer = torch.empty(min(PIECE, index.numel()), dtype=source.dtype, device=source.device)
-    for rows in pieces(index.numel(), index.device):
-        gathered = torch.index_select(source, 0, index[rows], out=buffer[: rows.stop - rows.start])
+    for rows, buffer in pieces(index.numel(), source.dtype, source.device):
+        gathered = torch.index_select(source, 0, index[rows], out=buffer)
         if not torch.equal(gathered, expected[rows]):
             return False
     return True
@@ -490,10 +493,9 @@ class Segments:
         Not ``torch.dot``: BLAS may split the sum differently from call to call.
         """
         total = torch.zeros(self.count, dtype=F64, device=values.device)
-        buffer = torch.empty(min(PIECE, values.numel()), dtype=F64, device=values.device)
-        for rows in pieces(values.numel(), values.device):
+        for rows, buffer in pieces(values.numel(), F64, values.device):
             piece = values[rows]
-            squares = torch.mul(piece, piece, out=buffer[: piece.numel()])
+            squares = torch.mul(piece, piece, out=buffer)
             if self.codes is None:
                 total += squares.sum()
             else:
@@ -508,11 +510,8 @@ class Segments:
 
     def _piecewise(self, values: torch.Tensor, per_segment: torch.Tensor, operation) -> torch.Tensor:
         """``operation(values, each row's segment value)`` in place, gathering piece by piece."""
-        buffer = torch.empty(min(PIECE, values.numel()), dtype=per_segment.dtype, device=values.device)
-        for rows in pieces(values.numel(), values.device):
-            operation(
-                values[rows], torch.index_select(per_segment, 0, self.codes[rows], out=buffer[: rows.stop - rows.start])
-            )
+        for rows, buffer in pieces(values.numel(), per_segment.dtype, values.device):
+            operation(values[rows], torch.index_select(per_segment, 0, self.codes[rows], out=buffer))
         return values
 
     def spread(self, per_segment: torch.Tensor) -> torch.Tensor:

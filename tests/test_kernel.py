@@ -277,3 +277,15 @@ def test_cuda_matches_cpu(rows):
         except SchemeError:
             continue
         assert_close(rollaudit.recompute(table, [scheme], device="cuda").column(0).to_pylist(), cpu, tol=1e-12)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("rows", [0, 1, 5, 6])
+def test_pieces_cover_every_row_once_with_a_buffer_of_their_length(device, rows):
+    # "meta" stands in for a GPU here: one piece, whatever PIECE is.
+    with mock.patch.object(_kernel, "PIECE", 3):
+        slices = list(_kernel.pieces(rows, torch.float64, torch.device(device)))
+    covered = [row for piece, _ in slices for row in range(piece.start, piece.stop)]
+    assert covered == list(range(rows))
+    assert all(buffer.numel() == piece.stop - piece.start for piece, buffer in slices)
+    assert len(slices) == (-(-rows // 3) if device == "cpu" else min(rows, 1))
