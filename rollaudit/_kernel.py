@@ -407,7 +407,7 @@ class Units:
 
     @cached_property
     def first_row(self) -> torch.Tensor:
-        """Each unit's first row in batch order (the last row for an empty code)."""
+        """Each unit's first row in batch order (any row for an empty code: never read)."""
         first = _first_ranks(self.enc, self.of_row, self.count)
         return self.enc.row_at(first.clamp_(max=self.enc.rows - 1))
 
