@@ -263,15 +263,8 @@ def test_compare_reward_key_passes_through():
     assert json.loads(result.stdout)["summary"] == rollaudit.audit(table, device="cpu").to_dict()["summary"]
 
 
-def test_compare_n_samples_per_prompt_passes_through(monkeypatch):
-    seen = {}
-    real_load = rollaudit.load
-
-    def spy(paths, **options):
-        seen.update(options)
-        return real_load(paths, **options)
-
-    monkeypatch.setattr(rollaudit, "load", spy)
+def test_compare_n_samples_per_prompt_passes_through(spy_on_load):
+    seen = spy_on_load()
     result = run("compare", UNIFORM, "--n-samples-per-prompt", "8", "--json", "--device", "cpu")
     assert result.exit_code == 0, result.stderr
     assert seen["n_samples_per_prompt"] == 8 and "reward_key" not in seen  # only the options given
@@ -498,16 +491,8 @@ def test_every_command_that_reads_dumps_takes_the_table_options(command):
         assert option in result.stdout, option
 
 
-def test_table_options_reach_load_with_their_types_and_only_when_given(monkeypatch):
-    seen: dict = {}
-    real_load = rollaudit.load
-
-    def spy(paths, **options):
-        seen.clear()
-        seen.update(options)
-        return real_load(paths, format=options["format"], on_file=options["on_file"])
-
-    monkeypatch.setattr(rollaudit, "load", spy)
+def test_table_options_reach_load_with_their_types_and_only_when_given(spy_on_load):
+    seen = spy_on_load(forward=("format", "on_file"))
     given = ["--reward-col", "score", "--prompt-col", "uid", "--trajectory-col", "traj_uid", "--step-col", "step"]
     given += ["--advantage-col", "adv", "--mask-col", "mask", "--token-reduce", "mean", "--num-generations", "2"]
     given += ["--reward-columns", " a, b ", "--reward-weights", "1,0.5"]
@@ -540,15 +525,8 @@ def test_table_options_reach_load_with_their_types_and_only_when_given(monkeypat
 RUN_KEYWORDS = ("jobs", "cache", "engine", "ray_address")
 
 
-def test_run_options_reach_load(monkeypatch, tmp_path):
-    seen: dict = {}
-    real_load = rollaudit.load
-
-    def spy(paths, **options):
-        seen.update(options)
-        return real_load(paths, format=options["format"], on_file=options["on_file"])
-
-    monkeypatch.setattr(rollaudit, "load", spy)
+def test_run_options_reach_load(spy_on_load, tmp_path):
+    seen = spy_on_load(forward=("format", "on_file"))
     assert run("compare", FANOUT, "--json", "--jobs", "2", "--cache", str(tmp_path)).exit_code == 0
     assert (seen["jobs"], seen["cache"], seen["engine"]) == (2, tmp_path, "local")
     assert run("inspect", FANOUT, "--json", "--no-cache").exit_code == 0

@@ -524,15 +524,8 @@ def test_no_github_output_outside_github_actions(tmp_path):
 # Loader options reach the gate.
 
 
-def test_loader_options_pass_through_to_the_gate(monkeypatch):
-    seen = {}
-    real_load = rollaudit.load
-
-    def spy(paths, **options):
-        seen.update(options)
-        return real_load(paths, **options)
-
-    monkeypatch.setattr(rollaudit, "load", spy)
+def test_loader_options_pass_through_to_the_gate(spy_on_load):
+    seen = spy_on_load()
     args = [TRL, "--expect-recorded", "trl-group(n=4)", "--num-generations", "4", "--reward-weights", "1,1"]
     result = gate(*args, "--device", "cpu")
     assert result.exit_code == 0, result.stderr

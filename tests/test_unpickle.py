@@ -18,6 +18,26 @@ import torch
 import rollaudit
 from rollaudit import InputError, RollauditWarning
 from rollaudit._unpickle import Placeholder, StoredTensor, TorchArchive, load_torch_file
+from tests.fuzz.payloads import (
+    APPENDS,
+    BUILD,
+    EMPTY_DICT,
+    EMPTY_LIST,
+    MARK,
+    NEWOBJ,
+    PROTO2,
+    REDUCE,
+    STOP,
+    TUPLE,
+    call,
+    float_,
+    global_,
+    rollout_dump,
+    sample,
+    small_int,
+    text,
+    text_list,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("sample_dumps_generate", ROOT / "sample_dumps" / "generate.py")
@@ -25,71 +45,10 @@ generate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generate)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Pickle opcodes, to write hostile pickles by hand (pickle.dumps cannot write most of them).
-
-PROTO2 = b"\x80\x02"
-STOP = b"."
-MARK = b"("
-TUPLE = b"t"
-REDUCE = b"R"
-EMPTY_DICT = b"}"
-EMPTY_LIST = b"]"
-SETITEM = b"s"
-SETITEMS = b"u"
-APPEND = b"a"
-APPENDS = b"e"
-BUILD = b"b"
-NEWOBJ = b"\x81"
-
-
-def global_(module: str, name: str) -> bytes:
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def text(value: str) -> bytes:
-    data = value.encode()
-    return b"X" + struct.pack("<I", len(data)) + data
-
-
-def small_int(value: int) -> bytes:
-    return b"K" + bytes([value])
-
-
-def float_(value: float) -> bytes:
-    return b"G" + struct.pack(">d", value)
-
-
-def call(function: bytes, *arguments: bytes) -> bytes:
-    return function + MARK + b"".join(arguments) + TUPLE + REDUCE
-
-
 def dump_pickle(metadata: bytes) -> bytes:
     """A one-sample slime rollout dump whose sample's ``metadata`` is ``metadata`` (pickle bytes of one value)."""
-    sample = (
-        EMPTY_DICT
-        + MARK
-        + text("reward")
-        + float_(1.0)
-        + text("group_index")
-        + small_int(0)
-        + text("index")
-        + small_int(0)
-        + text("metadata")
-        + metadata
-        + SETITEMS
-    )
-    return (
-        PROTO2
-        + EMPTY_DICT
-        + text("rollout_id")
-        + small_int(0)
-        + SETITEM
-        + text("samples")
-        + EMPTY_LIST
-        + sample
-        + (APPEND + SETITEM + STOP)
-    )
+    fields = {"reward": float_(1.0), "group_index": small_int(0), "index": small_int(0), "metadata": metadata}
+    return rollout_dump([sample(**fields)])
 
 
 def attacks(marker: Path) -> dict[str, bytes]:
@@ -102,9 +61,7 @@ def attacks(marker: Path) -> dict[str, bytes]:
         "builtins.eval": call(global_("builtins", "eval"), text(f"__import__('os').system({command!r})")),
         "__builtin__.eval": call(global_("__builtin__", "eval"), text(f"__import__('os').system({command!r})")),
         "builtins.exec": call(global_("builtins", "exec"), text(f"import os; os.system({command!r})")),
-        "subprocess.Popen": call(
-            global_("subprocess", "Popen"), EMPTY_LIST + MARK + text("touch") + text(str(marker)) + APPENDS
-        ),
+        "subprocess.Popen": call(global_("subprocess", "Popen"), text_list("touch", str(marker))),
         "importlib.import_module + getattr": call(
             call(global_("builtins", "getattr"), import_os, text("system")), text(command)
         ),

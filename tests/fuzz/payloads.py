@@ -24,6 +24,8 @@ SETITEM = b"s"
 SETITEMS = b"u"
 APPEND = b"a"
 APPENDS = b"e"
+BUILD = b"b"
+NEWOBJ = b"\x81"
 NEWFALSE = b"\x89"
 NEWOBJ_EX = b"\x92"
 
@@ -53,8 +55,13 @@ def call(function: bytes, *arguments: bytes) -> bytes:
     return function + MARK + b"".join(arguments) + TUPLE + REDUCE
 
 
+def list_of(items: list[bytes]) -> bytes:
+    """A list of the given pickle fragments (each pushing one value)."""
+    return EMPTY_LIST + (MARK + b"".join(items) + APPENDS if items else b"")
+
+
 def text_list(*values: str) -> bytes:
-    return EMPTY_LIST + MARK + b"".join(text(value) for value in values) + APPENDS
+    return list_of([text(value) for value in values])
 
 
 def sample(**fields: bytes) -> bytes:
@@ -64,8 +71,15 @@ def sample(**fields: bytes) -> bytes:
 
 def rollout_dump(samples: list[bytes], rollout_id: bytes = small_int(0)) -> bytes:
     """slime's ``{"rollout_id": ..., "samples": [...]}`` around sample fragments."""
-    items = EMPTY_LIST + (MARK + b"".join(samples) + APPENDS if samples else b"")
-    return PROTO2 + EMPTY_DICT + MARK + text("rollout_id") + rollout_id + text("samples") + items + SETITEMS + STOP
+    fields = text("rollout_id") + rollout_id + text("samples") + list_of(samples)
+    return PROTO2 + EMPTY_DICT + MARK + fields + SETITEMS + STOP
+
+
+def train_dump(samples: list[bytes], rollout_id: bytes = small_int(0)) -> bytes:
+    """slime's train dump, ``{"format_version": 2, "rollout_id": ..., "samples": [...]}``, around sample fragments."""
+    version = text("format_version") + small_int(2)
+    fields = version + text("rollout_id") + rollout_id + text("samples") + list_of(samples)
+    return PROTO2 + EMPTY_DICT + MARK + fields + SETITEMS + STOP
 
 
 def plain_sample(number: int, reward: float) -> bytes:

@@ -192,18 +192,7 @@ def test_deeply_nested_per_token_advantages_are_not_numbers(tmp_path: Path):
     assert rollout.exists()
     nested = b"]" * 100_000 + b"G" + struct.pack(">d", 0.5) + b"a" * 100_000
     sample = payloads.sample(sample_index=payloads.small_int(0), rewards=payloads.float_(0.5), advantages=nested)
-    train = (
-        payloads.PROTO2
-        + b"}("
-        + payloads.text("format_version")
-        + payloads.small_int(2)
-        + payloads.text("rollout_id")
-        + payloads.small_int(0)
-        + payloads.text("samples")
-        + b"]("
-        + sample
-        + b"eu."
-    )
+    train = payloads.train_dump([sample])
     generate.write_torch_zip(tmp_path / "d" / "train_data" / "0_0.pt", train)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

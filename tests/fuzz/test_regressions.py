@@ -184,18 +184,7 @@ def test_per_token_advantages_beyond_a_double(tmp_path: Path):
     sample = payloads.sample(
         sample_index=payloads.small_int(0), rewards=payloads.float_(0.5), advantages=b"](" + huge + b"e"
     )
-    train = (
-        payloads.PROTO2
-        + b"}("
-        + payloads.text("format_version")
-        + payloads.small_int(2)
-        + payloads.text("rollout_id")
-        + payloads.small_int(0)
-        + payloads.text("samples")
-        + b"]("
-        + sample
-        + b"eu."
-    )
+    train = payloads.train_dump([sample])
     generate.write_torch_zip(tmp_path / "d" / "train_data" / "0_0.pt", train)
     loaded = _load(tmp_path / "d")
     assert isinstance(loaded, pa.Table)
