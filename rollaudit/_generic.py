@@ -679,6 +679,17 @@ def step_in_name(path: Path) -> int | None:
     return name_step(match.group(1), path) if match else None
 
 
+def file_name_steps(
+    path: Path, pattern: re.Pattern[str], rows: int, field: str, no_step: str, expected: str
+) -> pa.Array:
+    """Every one of ``rows`` rows at the step in the file name (``pattern``'s first group, matched against the
+    whole name); ``no_step``: the error when the name has none."""
+    match = pattern.match(path.name)
+    if match is None:
+        raise InputError(no_step, file=str(path), field=field, expected=expected)
+    return pa.array(np.full(rows, name_step(match.group(1), path), dtype=np.int64))
+
+
 def name_step(digits: str, path: Path) -> int:
     """A step written in a file name, as an int64 (InputError past int64: no step is that large)."""
     if len(digits) > 19 or int(digits) > _INT64_MAX:

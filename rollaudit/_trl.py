@@ -268,15 +268,14 @@ def _rows_of(table: pa.Table, step: int) -> pa.Array:
 def _steps(table: pa.Table, field: str | None, path: Path) -> pa.Array:
     if field is not None:
         return pa.array(_generic.step_values(table.column(field), path, field))
-    match = _FILE_NAME.match(path.name)
-    if match is None:
-        raise InputError(
-            "no step column and the file name is not completions_{step}.parquet",
-            file=str(path),
-            field=STEP_COLUMN,
-            expected="TRL's step column, or step_col naming one",
-        )
-    return pa.array(np.full(table.num_rows, _generic.name_step(match.group(1), path), dtype=np.int64))
+    return _generic.file_name_steps(
+        path,
+        _FILE_NAME,
+        table.num_rows,
+        field=STEP_COLUMN,
+        no_step="no step column and the file name is not completions_{step}.parquet",
+        expected="TRL's step column, or step_col naming one",
+    )
 
 
 def reduce_file(path: Path, options: LoadOptions) -> pa.Table:

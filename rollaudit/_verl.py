@@ -26,7 +26,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -192,15 +191,14 @@ def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
     """The step field, or the file name's step when no line has one."""
     if field in table.column_names and table.column(field).null_count < table.num_rows:
         return pa.array(_generic.step_values(table.column(field), path, field))
-    match = _STEP_FILE.match(path.name)
-    if match is None:
-        raise InputError(
-            f"no {field!r} field and the file name is not {{step}}.jsonl",
-            file=str(path),
-            field=field,
-            expected="verl's step field, or a file named by its step",
-        )
-    return pa.array(np.full(table.num_rows, _generic.name_step(match.group(1), path), dtype=np.int64))
+    return _generic.file_name_steps(
+        path,
+        _STEP_FILE,
+        table.num_rows,
+        field=field,
+        no_step=f"no {field!r} field and the file name is not {{step}}.jsonl",
+        expected="verl's step field, or a file named by its step",
+    )
 
 
 def reduce_file(path: Path, options: LoadOptions) -> pa.Table:
