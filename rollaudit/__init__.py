@@ -14,105 +14,53 @@ import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # Large CPU tensors on transparent huge pages: first-touch page faults of fresh 80 MB buffers
 # cost more than the arithmetic on them (3x measured). PyTorch reads this once, at its first
 # allocation, so it only applies when torch is imported after rollaudit; a user's own value wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-_EXPORTS = {
-    "make_table": "._table",
-    "validate_table": "._table",
-    "CANONICAL_COLUMNS": "._table",
-    "Scheme": "._schemes",
-    "PRESETS": "._schemes",
-    "get_scheme": "._schemes",
-    "split_schemes": "._schemes",
-    "recompute": "._api",
-    "audit": "._api",
-    "DEFAULT_SCHEMES": "._api",
-    "Report": "._report",
-    "SCHEMA_VERSION": "._report",
-    "METRICS": "._metric_names",
-    "load": "._load",
-    "RollauditError": "._errors",
-    "InputError": "._errors",
-    "SchemeError": "._errors",
-    "UsageError": "._errors",
-    "GateFailed": "._errors",
-    "RollauditWarning": "._errors",
-    "GateConfig": "._gate",
-    "GateResult": "._gate",
-    "gate_config": "._gate",
-    "load_gate_config": "._gate",
-    "run_gate": "._gate",
-    "write_baseline": "._gate",
-    "read_baseline": "._gate",
-    "fit_presets": "._detect",
-    "detect_scheme": "._detect",
-    "Detection": "._detect",
-    "expand_paths": "._load",
-    "detect_format": "._load",
-    "loaded_formats": "._load",
-    "FORMATS": "._load",
-    "describe": "._inspect",
-}
-
-__all__ = [
-    "CANONICAL_COLUMNS",
-    "DEFAULT_SCHEMES",
-    "FORMATS",
-    "METRICS",
-    "PRESETS",
-    "SCHEMA_VERSION",
-    "Detection",
-    "GateConfig",
-    "GateFailed",
-    "GateResult",
-    "InputError",
-    "Report",
-    "RollauditError",
-    "RollauditWarning",
-    "Scheme",
-    "SchemeError",
-    "UsageError",
-    "__version__",
-    "audit",
-    "describe",
-    "detect_format",
-    "detect_scheme",
-    "expand_paths",
-    "fit_presets",
-    "gate_config",
-    "get_scheme",
-    "load",
-    "load_gate_config",
-    "loaded_formats",
-    "make_table",
-    "read_baseline",
-    "recompute",
-    "run_gate",
-    "split_schemes",
-    "validate_table",
-    "write_baseline",
-]
-
-if TYPE_CHECKING:
-    from ._api import DEFAULT_SCHEMES, audit, recompute
-    from ._detect import Detection, detect_scheme, fit_presets
+if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and so does _exports() below
+    from ._audit.api import DEFAULT_SCHEMES, audit, recompute
+    from ._audit.describe import describe
+    from ._audit.fit import Detection, detect_scheme, fit_presets
+    from ._audit.metric_names import METRICS
+    from ._audit.report import SCHEMA_VERSION, Report
+    from ._audit.schemes import PRESETS, Scheme, get_scheme, split_schemes
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
-    from ._gate import GateConfig, GateResult, gate_config, load_gate_config, read_baseline, run_gate, write_baseline
-    from ._inspect import describe
-    from ._load import FORMATS, detect_format, expand_paths, load, loaded_formats
-    from ._metric_names import METRICS
-    from ._report import SCHEMA_VERSION, Report
-    from ._schemes import PRESETS, Scheme, get_scheme, split_schemes
+    from ._gate.baseline import read_baseline, write_baseline
+    from ._gate.config import GateConfig, gate_config, load_gate_config
+    from ._gate.evaluate import GateResult, run_gate
+    from ._loaders.load import detect_format, expand_paths, load, loaded_formats
+    from ._loaders.options import LoadOptions
+    from ._loaders.registry import FORMATS
     from ._table import CANONICAL_COLUMNS, make_table, validate_table
 
 
+
+
+def _exports() -> dict[str, str]:
+    """Name -> module of every import in the ``TYPE_CHECKING`` block above, read from this module's source."""
+    import ast
+
+    source = __spec__.loader.get_source(__name__)  # type: ignore[union-attr]
+    tree = ast.parse(source)
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    return {
+        alias.asname or alias.name: "." * node.level + (node.module or "")
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+_MODULE_OF = _exports()
+__all__ = sorted([*_MODULE_OF, "__version__"])
+
+
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'rollaudit' has no attribute {name!r}")
     value = getattr(import_module(module, __name__), name)

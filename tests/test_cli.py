@@ -444,7 +444,7 @@ def test_warnings_are_one_line_each_time(tmp_path):
 def test_progress_bar_only_on_a_terminal(tmp_path):
     from rich.console import Console
 
-    from rollaudit._cli import _progress
+    from rollaudit._cli.io import progress as _progress
 
     files = [FANOUT_FILE, UNIFORM]
     sizes = [path.stat().st_size for path in files]
@@ -552,13 +552,13 @@ def test_a_second_compare_reads_the_cache_not_the_dump(monkeypatch, tmp_path):
     assert first.exit_code == 0
     import dataclasses
 
-    from rollaudit._load import FORMATS
+    from rollaudit._loaders.registry import FORMATS
 
     def no_dump_reading(*args, **kwargs):
         raise AssertionError("a dump was opened although the cache holds it")
 
     for name, entry in list(FORMATS.items()):
-        monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, detect=no_dump_reading, reduce=no_dump_reading))
+        monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, detect=no_dump_reading, read=no_dump_reading))
     second = run("compare", FANOUT, "--json", "--cache", str(tmp_path))
     assert second.exit_code == 0, second.stderr
     assert json.loads(second.stdout)["summary"] == json.loads(first.stdout)["summary"]
@@ -705,3 +705,48 @@ def test_entry_point_compare_json_inspect_and_error():
     bad_option = subprocess.run([executable, "compare", "x.pt", "--nope"], capture_output=True, text=True)
     assert bad_option.returncode == 2 and len(bad_option.stderr.splitlines()) == 1
     assert "Traceback" not in bad_option.stderr
+
+
+def test_version_from_the_console_script_and_python_dash_m():
+    version = subprocess.run([_entry_point(), "--version"], capture_output=True, text=True, timeout=60)
+    module = subprocess.run([sys.executable, "-m", "rollaudit", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert version.returncode == module.returncode == 0, (version.stderr, module.stderr)
+    assert version.stdout == module.stdout == f"rollaudit {rollaudit.__version__}\n"
+    assert run("--version").stdout == version.stdout
+    help_text = subprocess.run([sys.executable, "-m", "rollaudit", "compare", "--help"], capture_output=True, text=True)
+    assert help_text.returncode == 0 and "--schemes" in help_text.stdout
+
+
+def test_markdown_escapes_html_in_prompt_keys(tmp_path):
+    """A prompt key is text a dump chooses: in a pull request's Markdown it must stay text, never become HTML."""
+    hostile = "<img src=x onerror=1>"
+    table = pa.table({"reward": [0.0, 0.0, 0.0, 1.0], "prompt": [hostile, hostile, "b", "b"]})
+    path = tmp_path / "rollouts.parquet"
+    pq.write_table(table, path)
+    result = run("compare", path, "--markdown", "--top", "5", "-s", "batch")
+    assert result.exit_code == 0, result.stderr
+    assert hostile not in result.stdout and "&lt;img src=x onerror=1&gt;" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "dump, options",
+    [(TRL, []), (NEMO, []), (DUMP_DETAILS, []), (SAMPLES / "generic" / "rollouts.jsonl", [])],
+)
+def test_compare_and_gate_name_the_same_scheme_from_one_fit(dump, options, monkeypatch):
+    from rollaudit._audit import fit
+
+    calls = []
+    real = fit._fit_schemes
+    monkeypatch.setattr(fit, "_fit_schemes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    compare = run("compare", dump, "--json", *options)
+    assert compare.exit_code == 0, compare.stderr
+    recorded = json.loads(compare.stdout).get("recorded")
+    if recorded is None:
+        pytest.skip(f"{dump} holds no recorded advantages")
+    assert calls == [1]
+    calls.clear()
+    gate = run("gate", dump, "--expect-recorded", "prompt", "--json", *options)
+    assert calls == [1]  # the gate reads the audit's fit; it never fits again
+    message = next(rule for rule in json.loads(gate.stdout)["rules"] if rule["kind"] == "recorded")["message"]
+    named = recorded["best_match"] or recorded["fits"][0]["scheme"]
+    assert f"they match {named}" in message or f"closest: {named}" in message or "match prompt" in message

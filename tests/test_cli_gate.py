@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import rollaudit
 from rollaudit._cli import app
-from rollaudit._gate import METRIC_NAMES
+from rollaudit._gate.rules import METRIC_NAMES
 from tests.test_cli import independent_batch_vs_prompt
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._load import FORMATS, detect_format
+from rollaudit._loaders.load import detect_format
+from rollaudit._loaders.registry import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMPS = ROOT / "sample_dumps"

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import rollaudit
-from rollaudit import _engine
 from rollaudit._errors import InputError, RollauditWarning, UsageError
-from rollaudit._load import FORMATS
+from rollaudit._loaders import cache as _cache
+from rollaudit._loaders import engine as _engine
+from rollaudit._loaders.registry import FORMATS
 from tests.benchmarks.bench_run import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ class ReduceSpy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.paths: list[Path] = []
         for name, entry in list(FORMATS.items()):
-            monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, reduce=self._wrap(entry.reduce)))
+            monkeypatch.setitem(FORMATS, name, dataclasses.replace(entry, read=self._wrap(entry.read)))
 
     def _wrap(self, reduce):
         def spy(path, options):
@@ -235,7 +236,7 @@ def test_load_keeps_its_cache_off_by_default_and_says_where_true_puts_it(small_r
     rollaudit.load(small_run)
     assert not (tmp_path / "xdg").exists()
     rollaudit.load(small_run, cache=True)
-    assert _engine.default_cache_dir() == tmp_path / "xdg" / "rollaudit"
+    assert _cache.default_cache_dir() == tmp_path / "xdg" / "rollaudit"
     assert len(list((tmp_path / "xdg" / "rollaudit").rglob("*.parquet"))) == 6
 
 
@@ -295,7 +296,7 @@ def test_run_options_are_checked_before_any_file_is_read(small_run: Path):
         ({"jobs": 0}, "jobs is 0"),
         ({"jobs": 1.5}, "jobs is 1.5"),
         ({"engine": "spark"}, "engine is 'spark'"),
-        ({"ray_address": "ray://head:10001"}, "ray_address given without engine='ray'"),
+        ({"ray_address": "ray://head:10001"}, "ray_address needs engine='ray'"),
         ({"cache": 3}, "cache is 3"),
     ]:
         with pytest.raises(UsageError, match=text):

@@ -13,28 +13,13 @@ import pytest
 
 import rollaudit
 from rollaudit import GateFailed, SchemeError, UsageError
-from rollaudit._detect import fit_presets, uniform_prompt_size
+from rollaudit._audit.fit import fit_presets, uniform_prompt_size
 from rollaudit._errors import exit_code
-from rollaudit._gate import (
-    BoundRule,
-    GateConfig,
-    GateResult,
-    RuleResult,
-    check_requirements,
-    evaluate,
-    gate_config,
-    load_gate_config,
-    parse_baseline_tolerance,
-    parse_bound,
-    parse_recorded,
-    parse_requirement,
-    read_baseline,
-    require_rules,
-    run_gate,
-    schemes_needed,
-    write_baseline,
-)
-from rollaudit._gate_render import (
+from rollaudit._gate.baseline import read_baseline, write_baseline
+from rollaudit._gate.config import GateConfig, gate_config, load_gate_config, require_rules, schemes_needed
+from rollaudit._gate.evaluate import GateResult, RuleResult, check_requirements, evaluate, run_gate
+from rollaudit._gate.rules import BoundRule, parse_baseline_tolerance, parse_bound, parse_recorded, parse_requirement
+from rollaudit._render.gate import (
     emit_github,
     escape_data,
     escape_property,

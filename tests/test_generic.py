@@ -18,7 +18,7 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
-from rollaudit._detect import fit_presets
+from rollaudit._audit.fit import fit_presets
 from rollaudit._table import CANONICAL_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]

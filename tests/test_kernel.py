@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-from rollaudit import SchemeError, _kernel
+from rollaudit import SchemeError
+from rollaudit._audit import encode as _kernel
 from tests.oracle import OracleError, oracle_advantages
 
 SCHEMES = [

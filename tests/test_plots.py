@@ -10,8 +10,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 import rollaudit
-from rollaudit import _plots
 from rollaudit._cli import app
+from rollaudit._render import plots as _plots
 
 ROOT = Path(__file__).resolve().parent.parent
 FANOUT = ROOT / "sample_dumps" / "fanout"
@@ -22,7 +22,7 @@ DUMP_DETAILS = ROOT / "sample_dumps" / "dump_details"
 @pytest.fixture(scope="module")
 def audited():
     table = rollaudit.load([FANOUT, UNIFORM, DUMP_DETAILS])
-    report = rollaudit.audit(table, device="cpu")
+    report = rollaudit.audit(table, device="cpu", keep_advantages=True)
     values = rollaudit.recompute(table, report.schemes, device="cpu")
     return report, {name: values.column(name).to_numpy() for name in values.column_names}
 
@@ -93,8 +93,8 @@ def test_per_step_figure(audited):
 
 
 def test_write_plots_png_files(audited, tmp_path):
-    report, advantages = audited
-    paths = _plots.write_plots(report, advantages, tmp_path / "plots")
+    report, _ = audited
+    paths = _plots.write_plots(report, tmp_path / "plots")
     assert [path.name for path in paths] == ["group_sizes.png", "advantage_scatter.png", "per_step.png"]
     expected = {
         "group_sizes.png": ((1200, 360), "Group sizes (178 samples)"),

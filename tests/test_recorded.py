@@ -16,9 +16,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import rollaudit
+from rollaudit._audit.fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes
 from rollaudit._cli import app
-from rollaudit._detect import DEFAULT_RECORDED_TOLERANCE, candidate_schemes
-from rollaudit._render import recorded_sentence, render_compare, render_markdown
+from rollaudit._render.markdown import render_markdown
+from rollaudit._render.terminal import render_compare
+from rollaudit._render.text import recorded_sentence
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"
@@ -175,7 +177,7 @@ def test_without_recorded_advantages_nothing_is_fitted(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("audit fitted presets to a table without recorded advantages")
 
-    monkeypatch.setattr("rollaudit._api.detect_encoded", fail)
+    monkeypatch.setattr("rollaudit._audit.api.detect_encoded", fail)
     report = rollaudit.audit(table, device="cpu")
     assert report.recorded is None and "recorded" not in report.to_dict()
     assert "recorded" not in report.summary.index

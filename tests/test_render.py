@@ -10,21 +10,19 @@ import pytest
 from rich.console import Console
 
 import rollaudit
-from rollaudit import _render
-from rollaudit._inspect import describe
-from rollaudit._render import (
+from rollaudit._audit.describe import describe
+from rollaudit._render import text as _render
+from rollaudit._render.markdown import markdown_table, render_markdown
+from rollaudit._render.terminal import render_compare, render_inspect
+from rollaudit._render.text import (
     bar,
     count,
     files_label,
     histogram_lines,
     histogram_rows,
-    markdown_table,
     number,
     percent,
     ratio,
-    render_compare,
-    render_inspect,
-    render_markdown,
     signed,
     steps_label,
     verdicts,
@@ -203,7 +201,7 @@ def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
     assert (worst.loc[3, "smallest_group"], worst.loc[3, "largest_group"]) == (5, 28)
     lines = _render.trend_lines(report)
     assert lines[0].startswith("batch:") and "█▄▁" in lines[0] and "53.8%" in lines[0]
-    markdown = _render.render_markdown(report, {"files": ["run"]})
+    markdown = render_markdown(report, {"files": ["run"]})
     assert "**Worst steps: 2 of 3 steps have samples whose sign differs from prompt**" in markdown
     assert "| 0 | 26 | 6 | 1–7 | 53.8% |" in markdown
 

@@ -84,11 +84,11 @@ def test_prompt_groups_follow_the_text_in_any_order():
 def test_the_json_reader_is_pyarrows(tmp_path: Path, monkeypatch):
     """No Python pass per line: json.loads only sees the first line (format detection and field types)."""
     path = write_lines(tmp_path / "5.jsonl", [{**LINE, "input": f"p{i % 50}", "step": 5} for i in range(3000)])
-    from rollaudit import _generic
+    from rollaudit._loaders import tables
 
     calls = []
-    original = _generic.json.loads
-    monkeypatch.setattr(_generic.json, "loads", lambda text, *a, **k: calls.append(1) or original(text, *a, **k))
+    original = tables.json.loads
+    monkeypatch.setattr(tables.json, "loads", lambda text, *a, **k: calls.append(1) or original(text, *a, **k))
     table = rollaudit.load(path)
     assert table.num_rows == 3000 and len(calls) <= 3
 
@@ -148,9 +148,9 @@ def test_column_options(tmp_path: Path):
 
 
 def test_a_first_line_longer_than_the_sniff_limit_and_a_json_block(tmp_path: Path, monkeypatch):
-    from rollaudit import _generic
+    from rollaudit._loaders import tables
 
-    monkeypatch.setattr(_generic, "_JSON_BLOCK_BYTES", 1 << 20)  # the line straddles blocks: read again, larger
+    monkeypatch.setattr(tables, "_JSON_BLOCK_BYTES", 1 << 20)  # the line straddles blocks: read again, larger
     long_prompt = "x" * (5 << 20)
     path = write_lines(tmp_path / "4.jsonl", [{**LINE, "input": long_prompt, "step": 4}, {**LINE, "step": 4}])
     for format in (None, "verl"):

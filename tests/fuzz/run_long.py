@@ -91,7 +91,8 @@ def atheris_child(loader: str, runs: int, corpus: Path) -> None:
 
     with atheris.instrument_imports(include=["rollaudit"]):
         import rollaudit  # noqa: F401
-        from rollaudit import _generic, _load, _slime, _table, _trl, _unpickle, _verl  # noqa: F401
+        from rollaudit import _loaders, _table  # noqa: F401
+        from rollaudit._loaders import load, registry  # noqa: F401
 
     from tests.fuzz import harness
 

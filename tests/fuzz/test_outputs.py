@@ -186,10 +186,10 @@ def _interrupt_in_writer(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
         monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, *a, **k: partial(path))
     elif name in ("parquet", "feather", "csv", "jsonl"):
-        from rollaudit import _cli
+        from rollaudit._render import table_files
 
         suffix = "." + name
-        monkeypatch.setitem(_cli.TABLE_WRITERS, suffix, lambda table, path: partial(path))
+        monkeypatch.setitem(table_files.TABLE_WRITERS, suffix, lambda table, path: partial(path))
     else:  # text outputs: JSON, Markdown, terminal text, JUnit, baselines
         original = Path.write_text
 
@@ -300,9 +300,9 @@ def test_a_write_that_fails_midway_is_one_line(tmp_path: Path, monkeypatch: pyte
         raise OSError(errno.ENOSPC, "No space left on device")
 
     if name == "parquet":
-        from rollaudit import _cli
+        from rollaudit._render import table_files
 
-        monkeypatch.setitem(_cli.TABLE_WRITERS, ".parquet", lambda table, path: full())
+        monkeypatch.setitem(table_files.TABLE_WRITERS, ".parquet", lambda table, path: full())
     else:
         monkeypatch.setattr(Path, "write_text", full)
     out = tmp_path / OUTPUTS[name][1]

@@ -1,0 +1,216 @@
+"""The notebook API: recompute advantages and audit schemes against a reference.
+
+table -> encode (codes on one device) -> advantages per scheme -> metrics -> Report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import pyarrow as pa
+
+from .._errors import SchemeError
+from .._table import PROMPT, TRAJECTORY, validate_table
+from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
+from .report import RECORDED_ROW, Report
+from .schemes import Scheme, get_scheme, split_schemes
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
+SchemeList = str | Scheme | Iterable[str | Scheme]
+
+
+def named_scheme(spec: str | Scheme) -> Scheme:
+    """``get_scheme``, refusing the one name a scheme cannot take: ``recorded`` is the dump's own advantages."""
+    scheme = get_scheme(spec.strip() if isinstance(spec, str) else spec)
+    if str(scheme) == RECORDED_ROW:
+        raise SchemeError(
+            f"a scheme cannot be named {RECORDED_ROW!r}: that row holds the advantages recorded in the dump",
+            expected="another name for the Scheme",
+        )
+    return scheme
+
+
+def resolve_schemes(schemes: SchemeList) -> dict[str, Scheme]:
+    """Scheme strings (or Schemes) to ``{name: Scheme}``, in order, duplicates dropped."""
+    if isinstance(schemes, (str, Scheme)):
+        schemes = split_schemes(schemes) if isinstance(schemes, str) else [schemes]
+    resolved: dict[str, Scheme] = {}
+    for item in schemes:
+        scheme = named_scheme(item)
+        resolved.setdefault(str(scheme), scheme)
+    if not resolved:
+        raise SchemeError("no scheme given", expected="at least one scheme string, e.g. prompt")
+    return resolved
+
+
+def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tuple[object, dict[str, torch.Tensor]]:
+    from .encode import encode
+    from .kernel import advantages_of
+
+    encoded = encode(table, device)
+    return encoded, advantages_of(encoded, schemes)
+
+
+def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: str = "auto") -> pa.Table:
+    """One float64 advantage column per scheme, named by the scheme string as given, in row order.
+
+    NaN marks an undefined advantage (a NaN/inf reward, or a one-member group
+    under a scheme whose framework produced NaN there).
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[1.0, 3.0, 5.0], prompt=[0, 0, 1])
+    >>> rollaudit.recompute(t, ["prompt(scale=none)"]).column(0).to_pylist()
+    [-1.0, 1.0, 0.0]
+    """
+    table = validate_table(table)
+    resolved = resolve_schemes(schemes)
+    _, values = _advantages(table, resolved, device)
+    return pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+
+
+def audit(
+    table: pa.Table,
+    schemes: SchemeList = DEFAULT_SCHEMES,
+    reference: str | Scheme = "prompt",
+    device: str = "auto",
+    tol: float = 1e-6,
+    recorded_tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    recorded_schemes: Iterable[str | Scheme] = (),
+    keep_advantages: bool = False,
+) -> Report:
+    """Recompute ``schemes`` and the ``reference`` and measure how far each is from the reference.
+
+    When the table holds recorded advantages (the trainer's own), they are audited like one more scheme,
+    in a row named ``recorded`` (of ``summary``, ``per_step`` and the per-prompt columns; rows without a
+    recorded value count as ``undefined``), and ``Report.recorded`` says which preset they come from
+    (:func:`rollaudit.detect_scheme`, within ``recorded_tolerance``, fitting every candidate preset and
+    the audited schemes, and ``recorded_schemes``). Without recorded advantages nothing is fitted and
+    ``Report.recorded`` is None. ``keep_advantages``: keep every scheme's advantages in
+    ``Report.advantages`` (for plots; a float64 column per scheme, in row order).
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[0, 1, 0, 0], prompt=[0, 0, 1, 1])
+    >>> int(rollaudit.audit(t).summary.loc["batch", "spurious_nonzero"])
+    2
+    """
+    from .metric_names import COUNT_METRICS, METRICS
+    from .metrics import compare, histograms, per_prompt, prompt_groups, step_of_groups
+
+    started = time.perf_counter()
+    table = validate_table(table)
+    resolved = resolve_schemes(schemes)
+    reference_scheme = named_scheme(reference)
+    reference_name = str(reference_scheme)
+    resolved.setdefault(reference_name, reference_scheme)
+    encoded, values = _advantages(table, resolved, device)
+    reference_values = values[reference_name]
+
+    import torch
+
+    detection = None
+    if has_recorded(table):
+        # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
+        # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
+        candidates = [*candidate_schemes(table), *values, *recorded_schemes]
+        detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
+        recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
+        values = {**values, RECORDED_ROW: recorded_tensor}
+
+    one_segment = torch.zeros(1, dtype=torch.int64, device=encoded.device).expand(encoded.rows)
+    summary_rows, step_rows = {}, []
+    for name, tensor in values.items():
+        total = compare(tensor, reference_values, one_segment, 1, encoded.response_length, tol)
+        summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
+        by_step = compare(tensor, reference_values, encoded.step, encoded.steps, encoded.response_length, tol)
+        for position, step in enumerate(encoded.step_values):
+            step_rows.append(
+                {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}
+            )
+    summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
+    summary.index.name = "scheme"
+    per_step = pd.DataFrame(step_rows, columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    counts = [metric for metric in METRICS if metric in COUNT_METRICS]
+    summary[counts] = summary[counts].astype("int64")
+    per_step[counts] = per_step[counts].astype("int64")
+
+    n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
+    info = _info(table, encoded)
+    try:
+        groups = prompt_groups(encoded, n_for_groups)
+    except SchemeError as error:
+        info["per_prompt_unavailable"] = error.line()
+        group_histograms: dict[str, dict[int, int]] = {}
+        prompts = pd.DataFrame()
+    else:
+        group_histograms = histograms(groups)
+        columns = per_prompt(encoded, groups, values, reference_name, tol)
+        first_rows = groups.first_row.cpu().numpy()
+        keys = table.column(PROMPT).take(pa.array(first_rows)).to_pylist()
+        prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns})
+        whole = [name for name in prompts.columns if name.split(":")[0] in ("flips", "spurious")]
+        prompts[whole] = prompts[whole].astype("int64")
+        info["prompts"] = groups.count
+        info["trajectories"] = int(groups.trajectories.sum())
+    step_groups = _step_groups(prompts)
+    info["device"] = str(encoded.device)
+    info["seconds"] = round(time.perf_counter() - started, 6)
+    return Report(
+        reference=reference_name,
+        schemes=list(resolved),
+        summary=summary,
+        per_step=per_step,
+        per_prompt=prompts,
+        histograms=group_histograms,
+        info=info,
+        detection=detection,
+        step_groups=step_groups,
+        advantages=(
+            pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+            if keep_advantages
+            else None
+        ),
+    )
+
+
+def _step_groups(prompts: pd.DataFrame) -> pd.DataFrame:
+    """Per step: how many prompts, samples and trajectories, and how uneven the prompt groups are."""
+    if prompts.empty:
+        return pd.DataFrame()
+    sizes = prompts.groupby("step")["samples"]
+    return pd.DataFrame(
+        {
+            "prompts": sizes.size(),
+            "samples": sizes.sum(),
+            "trajectories": prompts.groupby("step")["trajectories"].sum(),
+            "smallest_group": sizes.min(),
+            "median_group": sizes.median(),
+            "largest_group": sizes.max(),
+            "group_size_std": sizes.std(ddof=0),
+        }
+    )
+
+
+def _info(table: pa.Table, encoded: object) -> dict:
+    """Counts and data issues: how many samples, steps, keys present, non-finite rewards."""
+    rewards = encoded.reward
+    nonfinite = [] if encoded.all_finite else (~encoded.finite).nonzero().flatten().cpu().numpy()
+    info = {
+        "samples": int(encoded.rows),
+        "steps": int(encoded.steps),
+        "step_values": [int(step) for step in encoded.step_values],
+        "prompts": 0,
+        "trajectories": 0,
+        "with_prompt_key": int(table.num_rows - table.column(PROMPT).null_count),
+        "with_trajectory_key": int(table.num_rows - table.column(TRAJECTORY).null_count),
+        "nonfinite_rewards": len(nonfinite),
+    }
+    if len(nonfinite):
+        info["nonfinite_rows"] = [int(row) for row in nonfinite[:20]]
+        info["nonfinite_values"] = [str(float(rewards[row])) for row in nonfinite[:20]]
+    return info

@@ -1,0 +1,138 @@
+"""What a loaded dump holds, without recomputing any advantage: counts, fields, rewards, identity coverage.
+
+Arrow compute only (no torch), so ``rollaudit inspect`` stays quick on any dump.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._table import (
+    CANONICAL_COLUMNS,
+    PROMPT,
+    RECORDED_ADVANTAGE,
+    RESPONSE_LENGTH,
+    REWARD,
+    STATUS,
+    STEP,
+    TRAJECTORY,
+    validate_table,
+)
+
+# More distinct reward values than this and the reward reads as continuous.
+_DISCRETE_LIMIT = 10
+
+
+def _distinct_rows(table: pa.Table, keys: list[str]) -> int:
+    """Distinct combinations of ``keys`` (a null is a value of its own)."""
+    if table.num_rows == 0:
+        return 0
+    return table.group_by(keys, use_threads=False).aggregate([]).num_rows
+
+
+def _reward_summary(rewards: pa.ChunkedArray) -> dict[str, Any]:
+    finite = pc.is_finite(rewards)
+    values = rewards.filter(finite)
+    nonfinite = len(rewards) - len(values)
+    summary: dict[str, Any] = {"kind": "none", "min": None, "mean": None, "max": None, "nonfinite": nonfinite}
+    if len(values) == 0:
+        summary["kind"] = "no finite reward" if len(rewards) else "none"
+        return summary
+    extremes = pc.min_max(values)
+    summary.update(min=extremes["min"].as_py(), max=extremes["max"].as_py(), mean=pc.mean(values).as_py())
+    distinct = pc.unique(values)
+    whole = all(float(value).is_integer() for value in distinct.to_pylist()[: _DISCRETE_LIMIT + 1])
+    if len(distinct) == 1:
+        summary["kind"] = "constant"
+    elif len(distinct) == 2 and set(distinct.to_pylist()) == {0.0, 1.0}:
+        summary["kind"] = "binary (0/1)"
+    elif len(distinct) <= _DISCRETE_LIMIT:
+        values_text = ", ".join(f"{value:g}" for value in sorted(distinct.to_pylist()))
+        summary["kind"] = f"{'integer' if whole else 'discrete'} ({len(distinct)} values: {values_text})"
+    else:
+        summary["kind"] = "continuous"
+    summary["distinct"] = len(distinct)
+    return summary
+
+
+def describe(table: pa.Table) -> dict[str, Any]:
+    """A JSON-ready description of a canonical table.
+
+    Keys: ``samples``; ``steps`` (``count``, ``values``, ``samples_per_step``);
+    ``prompts`` (distinct (step, prompt) keys, keyless samples not counted);
+    ``trajectories`` (distinct (step, prompt, trajectory), a sample without a
+    trajectory key counted as its own); ``identity`` (samples with a prompt
+    key, with a trajectory key); ``reward`` (``kind``: binary, integer,
+    discrete, continuous or constant; min, mean, max over finite rewards;
+    ``nonfinite``); ``response_tokens`` (sum of known response lengths, or
+    None); ``recorded_advantages`` (samples with one); ``status`` (value
+    counts); ``fields`` (every column: name, Arrow type, non-null count,
+    canonical or passed through).
+
+    >>> import rollaudit
+    >>> describe(rollaudit.make_table(reward=[1.0, 0.0, 1.0], prompt=[4, 4, None]))["identity"]
+    {'samples': 3, 'with_prompt_key': 2, 'with_trajectory_key': 0}
+    """
+    table = validate_table(table)
+    samples = table.num_rows
+    steps = table.column(STEP)
+    step_counts = pc.value_counts(steps).to_pylist() if samples else []
+    samples_per_step = {int(item["values"]): int(item["counts"]) for item in step_counts}
+    samples_per_step = dict(sorted(samples_per_step.items()))
+
+    with_prompt = samples - table.column(PROMPT).null_count
+    with_trajectory = samples - table.column(TRAJECTORY).null_count
+    keyed = table.filter(pc.is_valid(table.column(PROMPT))) if with_prompt < samples else table
+    prompts = _distinct_rows(keyed.select([STEP, PROMPT]), [STEP, PROMPT])
+    has_trajectory = pc.is_valid(table.column(TRAJECTORY))
+    trajectories = (samples - with_trajectory) + _distinct_rows(
+        table.filter(has_trajectory).select([STEP, PROMPT, TRAJECTORY]), [STEP, PROMPT, TRAJECTORY]
+    )
+
+    lengths = table.column(RESPONSE_LENGTH)
+    response_tokens = None if lengths.null_count == samples else int(pc.sum(lengths).as_py() or 0)
+    status = table.column(STATUS)
+    status_counts = (
+        {}
+        if status.null_count == samples
+        else {
+            str(item["values"]): int(item["counts"])
+            for item in sorted(pc.value_counts(status.drop_null()).to_pylist(), key=lambda item: -item["counts"])
+        }
+    )
+    fields = [
+        {
+            "name": name,
+            "type": str(table.schema.field(name).type),
+            "non_null": samples - table.column(name).null_count,
+            "canonical": name in CANONICAL_COLUMNS,
+        }
+        for name in table.column_names
+    ]
+    reward = _reward_summary(table.column(REWARD))
+    for key in ("min", "mean", "max"):
+        if reward[key] is not None and not math.isfinite(reward[key]):
+            reward[key] = None
+    return {
+        "samples": samples,
+        "steps": {
+            "count": len(samples_per_step),
+            "values": list(samples_per_step),
+            "samples_per_step": samples_per_step,
+        },
+        "prompts": prompts,
+        "trajectories": trajectories,
+        "identity": {"samples": samples, "with_prompt_key": with_prompt, "with_trajectory_key": with_trajectory},
+        "reward": reward,
+        "response_tokens": response_tokens,
+        "recorded_advantages": samples - table.column(RECORDED_ADVANTAGE).null_count,
+        "status": status_counts,
+        "fields": fields,
+    }
+
+
+__all__ = ["describe"]

@@ -1,0 +1,300 @@
+"""A canonical table as tensors on one device: integer codes for steps, prompts and trajectories, float64 rewards.
+
+``encode`` turns a table into an :class:`Encoded` once; every scheme and
+metric reads its tensors, each made on first use. Key columns become compact
+integer codes (a small key range used as it is, a wide one densified), so
+that every later grouping is a scatter over dense codes.
+
+On the CPU, fresh memory is a cost of its own (first touches of new pages
+can cost as much as the arithmetic on them), so two-step passes run piece by
+piece through a small buffer (:func:`pieces`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from .._errors import SchemeError
+from .._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY
+
+F64 = torch.float64
+
+# Rows per piece of a two-step vector operation (square then sum, gather then multiply): the
+# intermediate lives in a small buffer that stays in cache, never in a fresh buffer per row.
+PIECE = 1 << 18
+
+
+def pieces(rows: int, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Slices of at most ``PIECE`` rows on the CPU (one slice on a GPU, where each piece costs a
+    launch), each with a buffer of its length: one buffer, reused from piece to piece."""
+    step = max(min(PIECE, rows) if device.type == "cpu" else rows, 1)
+    buffer = torch.empty(step, dtype=dtype, device=device)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        yield slice(start, stop), buffer[: stop - start]
+
+
+def choose_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` is CUDA when available, else the CPU; chosen once per call."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise SchemeError(f"unknown device {device!r}; expected auto, cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SchemeError(f"device {device!r} asked for, but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def compact_codes(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Codes in ``[0, K)`` for int64 keys, equal keys equal codes, and K; codes may leave gaps.
+
+    A small key range is used as it is (shifted to 0): no hashing, no gather,
+    and an empty code costs one unused bin. A wide range is densified.
+    """
+    if keys.numel() == 0:
+        return keys.clone(), 0
+    low, high = (int(bound) for bound in torch.aminmax(keys))
+    span = high - low + 1
+    if span <= 4 * keys.numel() + 1024:
+        return (keys if low == 0 else keys - low), span
+    return densify(keys)
+
+
+def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense codes 0..K-1 for int64 keys (ascending key order), and K.
+
+    Small key ranges use a lookup table (two vector passes); wide ones a hash
+    factorisation on the CPU or a sort on CUDA.
+    """
+    count = keys.numel()
+    if count == 0:
+        return keys.clone(), 0
+    low, high = (int(bound) for bound in torch.aminmax(keys))
+    if low == high:
+        return torch.zeros_like(keys), 1
+    span = high - low + 1
+    if span <= 4 * count + 1024:
+        present = torch.zeros(span, dtype=torch.int64, device=keys.device)
+        shifted = keys - low
+        present[shifted] = 1
+        code_of = present.cumsum_(0).sub_(1)
+        return code_of[shifted], int(code_of[-1]) + 1
+    if keys.device.type == "cpu":
+        import pandas as pd
+
+        codes, uniques = pd.factorize(keys.numpy(), sort=True)
+        return torch.from_numpy(codes.astype(np.int64, copy=False)), len(uniques)
+    uniques, codes = torch.unique(keys, return_inverse=True)
+    return codes, uniques.numel()
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing a numpy array's memory. Arrow hands out read-only buffers: the
+    kernel never writes into its inputs, so they are shared rather than copied."""
+    array = np.ascontiguousarray(array)
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+def _numpy(column: pa.ChunkedArray, dtype: type) -> np.ndarray:
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return array.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def _arrow_codes(column: pa.ChunkedArray) -> tuple[torch.Tensor, int]:
+    """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``)."""
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if array.null_count == len(array):
+        return torch.full((len(array),), -1, dtype=torch.int64), 0
+    if pa.types.is_integer(array.type):
+        filled = array.fill_null(int(pc.min(array).as_py())) if array.null_count else array
+        values = _tensor(filled.to_numpy().astype(np.int64, copy=False))
+        codes, count = compact_codes(values)
+    else:
+        encoded = pc.dictionary_encode(array, null_encoding="mask")
+        codes = _tensor(encoded.indices.fill_null(0).to_numpy().astype(np.int64))
+        count = len(encoded.dictionary)
+    if array.null_count:
+        codes = codes.clone()
+        codes[_tensor(array.is_null().to_numpy(zero_copy_only=False))] = -1
+    return codes, count
+
+
+class Encoded:
+    """A table as tensors on one device, each made on first use: the input of every scheme and metric."""
+
+    def __init__(self, table: pa.Table, device: torch.device) -> None:
+        self.table = table
+        self.device = device
+        self.rows = table.num_rows
+        self._groups: dict = {}
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
+
+    @cached_property
+    def reward(self) -> torch.Tensor:
+        return self._to_device(_tensor(_numpy(self.table.column(REWARD), np.float64)))
+
+    @cached_property
+    def finite(self) -> torch.Tensor:
+        return torch.isfinite(self.reward)
+
+    @cached_property
+    def all_finite(self) -> bool:
+        # A finite float64 sum proves every term finite (NaN and inf propagate) without a mask pass.
+        return bool(torch.isfinite(self.reward.sum())) or bool(self.finite.all())
+
+    @cached_property
+    def _steps(self) -> tuple[torch.Tensor | None, np.ndarray]:
+        column = self.table.column(STEP)
+        bounds = pc.min_max(column)
+        if bounds["min"].as_py() == bounds["max"].as_py():
+            return None, np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
+        values = _numpy(column, np.int64)
+        codes, _ = densify(_tensor(values))
+        return self._to_device(codes), np.unique(values)
+
+    @property
+    def step_values(self) -> np.ndarray:
+        """The step value of each step code, ascending."""
+        return self._steps[1]
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_values)
+
+    @property
+    def single_step(self) -> bool:
+        return self._steps[0] is None
+
+    @cached_property
+    def step(self) -> torch.Tensor:
+        """Dense step code of each row."""
+        codes = self._steps[0]
+        if codes is None:  # one step: a stride-0 view of a single 0, no buffer per row
+            return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
+        return codes
+
+    @cached_property
+    def _prompt_codes(self) -> tuple[torch.Tensor, int]:
+        codes, count = _arrow_codes(self.table.column(PROMPT))
+        return self._to_device(codes), count
+
+    @property
+    def prompt(self) -> torch.Tensor:
+        """Compact prompt code of each row, -1 where the row has no prompt key."""
+        return self._prompt_codes[0]
+
+    @property
+    def prompt_count(self) -> int:
+        """How many prompt codes there are (0: no row has a prompt key)."""
+        return self._prompt_codes[1]
+
+    @cached_property
+    def _trajectory_codes(self) -> tuple[torch.Tensor, int]:
+        codes, count = _arrow_codes(self.table.column(TRAJECTORY))
+        return self._to_device(codes), count
+
+    @property
+    def trajectory(self) -> torch.Tensor:
+        """Compact trajectory code of each row, -1 where the row has no trajectory key."""
+        return self._trajectory_codes[0]
+
+    @property
+    def trajectory_count(self) -> int:
+        """How many trajectory codes there are (0: no row has a trajectory key)."""
+        return self._trajectory_codes[1]
+
+    @property
+    def every_trajectory_keyed(self) -> bool:
+        return self.table.column(TRAJECTORY).null_count == 0
+
+    @cached_property
+    def position(self) -> torch.Tensor:
+        return self._to_device(_tensor(_numpy(self.table.column(POSITION), np.int64)))
+
+    @cached_property
+    def response_length(self) -> torch.Tensor | None:
+        """float64 lengths, NaN where unknown (the metrics weigh those by 1); None when no row has one."""
+        lengths = self.table.column(RESPONSE_LENGTH)
+        if lengths.null_count == len(lengths):
+            return None
+        return self._to_device(_tensor(lengths.to_numpy(zero_copy_only=False).astype(np.float64)))
+
+    @cached_property
+    def step_sizes(self) -> torch.Tensor:
+        if self.single_step:
+            return torch.tensor([self.rows], device=self.device)
+        return torch.bincount(self.step, minlength=self.steps)
+
+    @cached_property
+    def _batch_order(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(global rank of each row in (step, position, row) order, rows in that order or None if
+        the table is already in batch order)."""
+        position = self.position
+        one_run = self.single_step and self.rows and int(position[0]) == 0 and int(position[-1]) == self.rows - 1
+        if one_run and bool((position[1:] > position[:-1]).all()):
+            # Strictly ascending from 0 to rows - 1: the positions are the ranks (no arange to build).
+            return position, None
+        rows = torch.arange(self.rows, device=self.device)
+        ascending = position[1:] >= position[:-1]
+        if not self.single_step:
+            step = self.step
+            ascending = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & ascending)
+        if self.rows < 2 or bool(ascending.all()):
+            return rows, None
+        # Lexicographic sort by (step, position, row) as stable sorts, least significant key first.
+        order = torch.sort(position, stable=True).indices
+        if not self.single_step:
+            order = order[torch.sort(self.step[order], stable=True).indices]
+        rank = torch.empty_like(order)
+        rank[order] = rows
+        return rank, order
+
+    @property
+    def batch_rank(self) -> torch.Tensor:
+        """Each row's place in the batch order of the whole table (steps ascending)."""
+        return self._batch_order[0]
+
+    def row_at(self, batch_rank: torch.Tensor) -> torch.Tensor:
+        """The rows sitting at the given batch ranks."""
+        order = self._batch_order[1]
+        return batch_rank if order is None else order.index_select(0, batch_rank)
+
+    @cached_property
+    def rank(self) -> torch.Tensor:
+        """Each row's place in its own step's batch order: 0..size-1."""
+        if self.single_step:
+            return self.batch_rank
+        step_start = torch.cumsum(self.step_sizes, 0) - self.step_sizes
+        return self.batch_rank - step_start.index_select(0, self.step)
+
+    @cached_property
+    def prompt_present(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per step: how many rows have a prompt key, and the first place (batch order) without one."""
+        if self.table.column(PROMPT).null_count == 0:
+            return self.step_sizes, None
+        missing = self.prompt < 0
+        keyed = torch.bincount(self.step[~missing], minlength=self.steps)
+        missing_rank = torch.where(missing, self.rank, torch.iinfo(torch.int64).max)
+        first_missing = torch.full((self.steps,), torch.iinfo(torch.int64).max, device=self.device)
+        first_missing.scatter_reduce_(0, self.step, missing_rank, "amin")
+        return keyed, first_missing
+
+
+def encode(table: pa.Table, device: str | torch.device = "auto") -> Encoded:
+    """The tensors of a canonical table (``rollaudit.validate_table`` shape) on one device."""
+    return Encoded(table, choose_device(device))

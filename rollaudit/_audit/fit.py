@@ -1,0 +1,347 @@
+"""Which advantage scheme did a run really use? Fit the presets to the recorded advantages.
+
+A dump that holds the advantages the trainer used (``recorded_advantage``:
+slime train dumps, TRL parquet, generic tables with an advantage column) can
+be checked against every preset: the one whose recomputed advantages match the
+recorded ones is what the run did. ``fit_presets`` is the measurement (the
+gate's ``--expect-recorded`` rule uses it); ``detect_scheme`` names the
+answer, or says that no preset matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._errors import SchemeError
+from .._table import PROMPT, RECORDED_ADVANTAGE, STEP, validate_table
+from .schemes import PRESETS, Scheme, get_scheme
+
+if TYPE_CHECKING:
+    import torch
+
+    from .encode import Encoded
+
+DEFAULT_RECORDED_TOLERANCE = 1e-4
+"""Recorded advantages are often stored as float32 (TRL parquet, bf16-free slime dumps): 1e-4 is far above
+their rounding and far below any difference between two schemes on real rewards."""
+
+
+class PresetFit(NamedTuple):
+    """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
+
+    ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
+    or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
+    """
+
+    scheme: str
+    max_error: float
+    mean_error: float
+    share_within_tolerance: float
+    undefined: int = 0
+
+
+def has_recorded(table: pa.Table) -> bool:
+    """Whether any row of a canonical table holds a recorded advantage (a metadata check: reads no values)."""
+    column = table.column(RECORDED_ADVANTAGE)
+    return column.null_count < len(column)
+
+
+def recorded_values(table: pa.Table) -> np.ndarray:
+    """The recorded advantage of every row as float64, NaN where none was recorded (the audit's ``recorded`` row)."""
+    column = table.column(RECORDED_ADVANTAGE).cast(pa.float64())
+    # A writable copy: torch.from_numpy warns on Arrow's read-only buffers.
+    return pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _recorded_on(table: pa.Table, present: np.ndarray) -> np.ndarray:
+    """The recorded values of the ``present`` rows, float64 (a recorded NaN stays NaN)."""
+    return table.column(RECORDED_ADVANTAGE).to_numpy(zero_copy_only=False).astype(np.float64)[present]
+
+
+def recorded_mask(table: pa.Table) -> np.ndarray:
+    """True on the rows that hold a recorded advantage (null means the trainer's value is unknown)."""
+    return pc.is_valid(table.column(RECORDED_ADVANTAGE)).to_numpy(zero_copy_only=False)
+
+
+def error_scale(recorded: np.ndarray) -> float:
+    """What a tolerance is relative to: 1, or the largest recorded magnitude when that is larger.
+
+    Normalized advantages are O(1), so the tolerance is absolute there; unscaled ones (Dr.GRPO on rewards
+    in the hundreds) would fail an absolute 1e-4 on float32 rounding alone.
+    """
+    finite = recorded[np.isfinite(recorded)]
+    return max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+
+
+def advantage_errors(recorded: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
+    """``|recorded - recomputed|`` per row; both NaN counts as a match (0), exactly one NaN as inf."""
+    both_nan = np.isnan(recorded) & np.isnan(recomputed)
+    errors = np.abs(recorded - recomputed)
+    errors[both_nan] = 0.0
+    errors[np.isnan(errors)] = np.inf  # one side NaN (or inf against inf of the other sign)
+    return errors
+
+
+def uniform_prompt_size(table: pa.Table) -> int | None:
+    """Samples per (step, prompt) when every prompt group has the same size and every sample a key, else None.
+
+    That is ``n`` (n_samples_per_prompt, num_generations) for the presets that slice the batch by position.
+    """
+    if table.num_rows == 0 or table.column(PROMPT).null_count:
+        return None
+    sizes = table.select([STEP, PROMPT]).group_by([STEP, PROMPT]).aggregate([([], "count_all")])
+    counts = sizes.column("count_all")
+    smallest, largest = pc.min(counts).as_py(), pc.max(counts).as_py()
+    return int(smallest) if smallest == largest else None
+
+
+def candidate_schemes(table: pa.Table) -> list[str]:
+    """The presets that can run on ``table`` without the user's parameters.
+
+    Every preset that needs no ``n``; the slicing presets (``positional``, ``slime-legacy``, ``trl-group``,
+    ``trl-batch``) only when ``n`` can be inferred from uniform prompt sizes, as ``NAME(n=N)``.
+    """
+    n = uniform_prompt_size(table)
+    names = []
+    for name, scheme in PRESETS.items():
+        if name == "custom":
+            continue  # a blank description: the same numbers as ``prompt``
+        if scheme.groups in ("positional", "legacy"):
+            if n is not None:
+                names.append(f"{name}(n={n})")
+        else:
+            names.append(name)
+    return names
+
+
+def fit_presets(
+    table: pa.Table,
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    schemes: list[str | Scheme] | None = None,
+    device: str = "auto",
+) -> list[PresetFit]:
+    """Fit each candidate scheme to the table's recorded advantages, best first.
+
+    ``schemes`` defaults to :func:`candidate_schemes`. Only rows with a
+    recorded advantage count; a scheme that cannot run on the table (missing
+    prompt keys, uneven slices) is left out. A row is within tolerance when
+    its error is at most ``tolerance * error_scale(recorded)``. Ranked by the
+    share within tolerance (descending), then mean and max error; ties keep
+    the order of ``rollaudit.PRESETS``. No recorded advantage at all: ``[]``.
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[1.0, 3.0], prompt=[0, 0], recorded_advantage=[-1.0, 1.0])
+    >>> fit_presets(t)[0].scheme
+    'dr-grpo'
+    """
+    from .encode import encode
+
+    table = validate_table(table)
+    if not has_recorded(table):
+        return []
+    present = recorded_mask(table)
+    specs = candidate_schemes(table) if schemes is None else schemes
+    fitted = _fit_schemes(encode(table, device), present, _recorded_on(table, present), specs, tolerance)
+    return [fit for fit, _ in fitted]
+
+
+def _digest(values: np.ndarray) -> bytes:
+    """A fingerprint of exact values: equal digests, the same numbers (every NaN alike, -0.0 as 0.0)."""
+    canonical = np.where(np.isnan(values), np.nan, values + 0.0)
+    return hashlib.blake2b(canonical.tobytes(), digest_size=16).digest()
+
+
+def _fit_schemes(
+    encoded: Encoded,
+    present: np.ndarray,
+    recorded: np.ndarray,
+    specs: Iterable[str | Scheme],
+    tolerance: float,
+    computed: Mapping[str, torch.Tensor] | None = None,
+    unavailable: dict[str, str] | None = None,
+) -> list[tuple[PresetFit, bytes]]:
+    """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first; the schemes
+    that cannot run go into ``unavailable`` (scheme -> the error's line) when it is given.
+
+    ``present``: the rows with a recorded advantage; ``recorded``: their values (float64, NaN allowed).
+    ``computed``: advantages already recomputed on ``encoded``, by scheme string (``audit`` passes its own,
+    so no scheme is recomputed twice). A digest, not the values, is kept per scheme: ties are told apart
+    without holding every scheme's column at once.
+    """
+    from .kernel import advantages
+
+    allowed = tolerance * error_scale(recorded)
+    fitted: dict[str, tuple[PresetFit, bytes]] = {}
+    for spec in specs:
+        scheme = get_scheme(spec)
+        name = str(scheme)
+        if name in fitted:
+            continue
+        try:
+            values = computed[name] if computed is not None and name in computed else advantages(encoded, scheme)
+        except SchemeError as error:
+            # The scheme cannot run on this table, so it is not what the trainer did.
+            if unavailable is not None:
+                unavailable.setdefault(name, error.line())
+            continue
+        on_recorded = values.cpu().numpy()[present]
+        errors = advantage_errors(recorded, on_recorded)
+        fit = PresetFit(
+            scheme=name,
+            max_error=float(errors.max()) if errors.size else 0.0,
+            mean_error=float(errors.mean()) if errors.size else 0.0,
+            share_within_tolerance=float((errors <= allowed).mean()) if errors.size else 1.0,
+            undefined=int((np.isnan(recorded) != np.isnan(on_recorded)).sum()),
+        )
+        fitted[name] = (fit, _digest(on_recorded))
+    # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
+    return sorted(
+        fitted.values(), key=lambda item: (-item[0].share_within_tolerance, item[0].mean_error, item[0].max_error)
+    )
+
+
+@dataclass(frozen=True)
+class Detection:
+    """Which scheme the recorded advantages come from, and how well every fitted scheme reproduces them.
+
+    best_match
+        the best-fitting scheme string (one ``rollaudit.recompute`` accepts) when it is within tolerance on
+        every recorded row; ``None`` when no scheme is: the dump matches no preset, and nothing is guessed.
+    matched
+        ``best_match is not None``.
+    fits
+        every scheme that could run on the table, best first (:func:`fit_presets`' order); ``fits[0]`` is
+        the closest scheme even when nothing matches.
+    equivalent
+        the other fitted schemes whose advantages equal the best fit's exactly on the recorded rows (e.g.
+        ``prompt``, ``trajectory`` and ``slime-2204`` on a table without trajectory keys or singletons):
+        the recorded values cannot tell them apart, so naming one of them is not a claim against the others.
+    tolerance, allowed_error, scale
+        a row matches when its error is at most ``allowed_error = tolerance * scale``, ``scale`` being
+        ``max(1, max |recorded|)``.
+    rows
+        rows with a recorded advantage (the others are not fitted).
+    unavailable
+        the schemes that could not run on the table, each with the one line saying why.
+    """
+
+    best_match: str | None
+    matched: bool
+    fits: tuple[PresetFit, ...]
+    equivalent: tuple[str, ...]
+    tolerance: float
+    allowed_error: float
+    rows: int
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    scale: float = 1.0
+
+    @property
+    def closest(self) -> PresetFit | None:
+        """The best fit, whether or not it is within tolerance (None when no scheme could run)."""
+        return self.fits[0] if self.fits else None
+
+    def fit_of(self, scheme: str | Scheme) -> PresetFit | None:
+        """The fit of one scheme (as a scheme string names it), or None when it was not fitted or could not run."""
+        name = str(get_scheme(scheme))
+        return next((fit for fit in self.fits if fit.scheme == name), None)
+
+    def beyond_tolerance(self, fit: PresetFit) -> int:
+        """How many recorded rows ``fit`` misses by more than the allowed error."""
+        return self.rows - round(fit.share_within_tolerance * self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``best_match``, ``matched``, ``equivalent``, ``tolerance``, ``allowed_error``, ``rows``
+        and ``fits`` (``scheme``, ``max_error``, ``mean_error``, ``share_within_tolerance``, ``undefined``).
+
+        An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
+        """
+        from .report import json_value
+
+        return json_value(
+            {
+                "best_match": self.best_match,
+                "matched": self.matched,
+                "equivalent": list(self.equivalent),
+                "tolerance": self.tolerance,
+                "allowed_error": self.allowed_error,
+                "rows": self.rows,
+                "fits": [fit._asdict() for fit in self.fits],
+            }
+        )
+
+
+def detect_scheme(
+    table: pa.Table,
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    schemes: Iterable[str | Scheme] | None = None,
+    device: str = "auto",
+) -> Detection:
+    """Which scheme produced the table's recorded advantages: every candidate fitted, the best named.
+
+    ``schemes`` defaults to :func:`candidate_schemes` (every preset that runs without parameters, and the
+    slicing presets with ``n`` inferred from uniform prompt sizes). A table without recorded advantages
+    gives ``best_match=None`` and no fits.
+
+    >>> import rollaudit
+    >>> t = rollaudit.make_table(reward=[1.0, 3.0, 0.0, 0.0], prompt=[0, 0, 1, 1],
+    ...                          recorded_advantage=[-1.0, 1.0, 0.0, 0.0])
+    >>> rollaudit.detect_scheme(t).best_match
+    'dr-grpo'
+    """
+    from .encode import encode
+
+    table = validate_table(table)
+    if not has_recorded(table):
+        return Detection(None, False, (), (), tolerance, tolerance, 0)
+    specs = candidate_schemes(table) if schemes is None else list(schemes)
+    return detect_encoded(encode(table, device), table, specs, tolerance)
+
+
+def detect_encoded(
+    encoded: Encoded,
+    table: pa.Table,
+    schemes: Iterable[str | Scheme],
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    computed: Mapping[str, torch.Tensor] | None = None,
+) -> Detection:
+    """:func:`detect_scheme` on a validated table already encoded (``audit`` reuses its encoding and its
+    recomputed advantages, ``computed``, by scheme string)."""
+    present = recorded_mask(table)
+    recorded = _recorded_on(table, present)
+    unavailable: dict[str, str] = {}
+    fitted = _fit_schemes(encoded, present, recorded, schemes, tolerance, computed, unavailable)
+    fits = tuple(fit for fit, _ in fitted)
+    matched = bool(fits) and fits[0].share_within_tolerance == 1.0
+    equivalent = tuple(fit.scheme for fit, digest in fitted[1:] if digest == fitted[0][1]) if fitted else ()
+    scale = error_scale(recorded)
+    return Detection(
+        best_match=fits[0].scheme if matched else None,
+        matched=matched,
+        fits=fits,
+        equivalent=equivalent,
+        tolerance=tolerance,
+        allowed_error=tolerance * scale,
+        rows=int(present.sum()),
+        unavailable=unavailable,
+        scale=scale,
+    )
+
+
+__all__ = [
+    "DEFAULT_RECORDED_TOLERANCE",
+    "Detection",
+    "PresetFit",
+    "candidate_schemes",
+    "detect_scheme",
+    "fit_presets",
+    "has_recorded",
+    "recorded_values",
+    "uniform_prompt_size",
+]

@@ -1,0 +1,9 @@
+"""The ``rollaudit`` command line: the group and its error mapping (:mod:`.app`), the options declared once
+(:mod:`.options`), and the commands (:mod:`.commands`)."""
+
+from __future__ import annotations
+
+from . import commands as _commands  # noqa: F401 - registers the commands on the app
+from .app import app, main
+
+__all__ = ["app", "main"]

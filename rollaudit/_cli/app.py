@@ -1,0 +1,147 @@
+"""The ``rollaudit`` command group, and the one place where errors become exit codes.
+
+Commands (:mod:`.commands`) parse options, call the library (load -> audit
+-> Report) and hand the result to a renderer; no numbers are made there.
+The library is imported inside the command bodies so that ``rollaudit
+--help`` loads neither torch, pandas nor matplotlib.
+
+Errors are mapped to exit codes in :meth:`RollauditGroup.main`: a
+:class:`~rollaudit.RollauditError` prints ``error: <one line>`` and exits
+with its ``exit_code`` (2 for bad input or usage, 1 for a failed gate); a
+click usage error (bad or missing option) prints one line and exits 2.
+Anything else escaping a command is a bug and surfaces with its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click; older ones use click itself.
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+from .._errors import RollauditError, RollauditWarning
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _show_warning(
+    message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A RollauditWarning is one line on stderr; other warnings keep Python's format."""
+    if issubclass(category, RollauditWarning):
+        typer.echo(f"warning: {_one_line(message)}", err=True)
+    else:
+        typer.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), err=True)
+
+
+# click >= 8.2 raises this for a bare ``rollaudit``; older versions print the help themselves (never raised).
+_NO_ARGS_IS_HELP: type[Exception] = getattr(click_exceptions, "NoArgsIsHelpError", None) or type(
+    "_NeverRaised", (Exception,), {}
+)
+
+
+class RollauditGroup(TyperGroup):
+    """The command group; its ``main`` is the one place where exceptions become exit codes."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        with warnings.catch_warnings():
+            # "always": the same warning in a second run of the same process (tests, notebooks) still shows.
+            warnings.simplefilter("always", RollauditWarning)
+            warnings.showwarning = _show_warning
+            code = self._exit_code(
+                lambda: super(RollauditGroup, self).main(
+                    args=args,
+                    prog_name=prog_name or "rollaudit",
+                    complete_var=complete_var,
+                    standalone_mode=False,
+                    **extra,
+                )
+            )
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    @staticmethod
+    def _exit_code(run: Callable[[], Any]) -> int:
+        try:
+            result = run()
+        except RollauditError as error:
+            typer.echo(f"error: {error.line()}", err=True)
+            return error.exit_code
+        except _NO_ARGS_IS_HELP as error:
+            # ``rollaudit`` alone asks for help: not a mistake. The message is the help text (rich help,
+            # were it switched on, would have printed itself already and left the message empty).
+            if error.format_message().strip():
+                typer.echo(error.format_message())
+            return 0
+        except BrokenPipeError:
+            # stdout closed early (``rollaudit compare ... | head``): stop quietly, and keep Python's
+            # final flush from failing on the same pipe.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except click_exceptions.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            # typer words a bad choice through pydantic ("Value error, 'gpu' is not one of ..."): drop the prefix.
+            message = _one_line(error.format_message()).replace("Value error, ", "")
+            typer.echo(f"error: {message}{hint}", err=True)
+            return error.exit_code
+        except click_exceptions.ClickException as error:
+            typer.echo(f"error: {_one_line(error.format_message())}", err=True)
+            return error.exit_code
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            return 1
+        return result if isinstance(result, int) else 0
+
+
+app = typer.Typer(
+    name="rollaudit",
+    cls=RollauditGroup,
+    help="Audit the advantages of RL-for-LLM rollout dumps: batch-wide vs per-prompt vs trajectory-level GRPO.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from .._version import __version__
+
+        typer.echo(f"rollaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    """Audit the advantages of RL-for-LLM rollout dumps: batch-wide vs per-prompt vs trajectory-level GRPO."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script ``rollaudit``."""
+    typer.main.get_command(app).main(args=argv, prog_name="rollaudit")

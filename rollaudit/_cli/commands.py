@@ -1,0 +1,335 @@
+"""The commands: compare, inspect, convert, gate. Each parses its options, calls the library, and renders.
+
+Every command that reads dumps takes the shared load options (:data:`.options.LOAD`) as one
+:class:`~rollaudit.LoadOptions`; outputs are checked before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .._errors import UsageError
+from .._loaders.options import LoadOptions
+from .app import app
+from .io import check_plot_directory, echo_status, load_inputs, log_console, terminal_text, write_text
+from .options import LOAD, Device, DeviceOption, Inputs, Quiet, Reference, Schemes, scheme_strings
+
+ADVANTAGE_PREFIX = "advantage:"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare
+
+
+@app.command()
+@LOAD
+def compare(
+    inputs: Inputs,
+    schemes: Schemes = None,
+    reference: Reference = "prompt",
+    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    device: DeviceOption = Device.auto,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One versioned JSON document on stdout (schema: README).")
+    ] = False,
+    as_markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown report, for a pull request.")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", metavar="FILE", help="Write the report to this file (atomically) instead of stdout."
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", metavar="DIR", help="Write PNGs into this directory: group sizes, advantage scatter, per step."
+        ),
+    ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=0, metavar="N", help="How many prompts each prompt table shows.")
+    ] = 5,
+    quiet: Quiet = False,
+) -> None:
+    """Recompute advantages under several schemes and show how far each is from the reference.
+
+    Default schemes: batch,prompt,trajectory; reference: prompt.
+    """
+    if as_json and as_markdown:
+        raise UsageError("--json and --markdown exclude each other", expected="one output format")
+    from .._output import check_writable
+
+    output_path = check_writable(output) if output is not None else None
+    plot_directory = check_plot_directory(plot) if plot is not None else None
+    import rollaudit
+
+    names = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
+    rollaudit.get_scheme(reference)
+    loaded = load_inputs(inputs, load, quiet=quiet)
+    report = rollaudit.audit(
+        loaded.table, schemes=names, reference=reference, device=device.value, keep_advantages=plot is not None
+    )
+    from .._render.registry import COMPARE_RENDERERS
+
+    rendered = COMPARE_RENDERERS["json" if as_json else "markdown" if as_markdown else "terminal"](
+        report, loaded.summary, top=top
+    )
+    if isinstance(rendered, str):
+        write_text(rendered, output_path, quiet)
+    elif output_path is None:
+        from rich.console import Console
+
+        Console(highlight=False).print(rendered)
+    else:
+        write_text(terminal_text(rendered), output_path, quiet)
+
+    if plot_directory is not None:
+        from .._render.plots import write_plots
+
+        for path in write_plots(report, plot_directory):
+            echo_status(f"wrote {path}", quiet)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inspect
+
+
+@app.command()
+@LOAD
+def inspect(
+    inputs: Inputs,
+    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """What a dump holds (format, steps, counts, fields, reward type, key coverage), without recomputing."""
+    loaded = load_inputs(inputs, load, quiet=quiet)
+    from rollaudit import describe
+
+    from .._render.registry import INSPECT_RENDERERS
+
+    rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](describe(loaded.table), loaded.summary)
+    if isinstance(rendered, str):
+        write_text(rendered, None, quiet)
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(rendered)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# convert
+
+
+@app.command()
+@LOAD
+def convert(
+    inputs: Inputs,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Output file; the extension picks the format: .parquet, .feather/.arrow, .csv, .jsonl.",
+            show_default=False,
+        ),
+    ],
+    schemes: Schemes = None,
+    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    device: DeviceOption = Device.auto,
+    quiet: Quiet = False,
+) -> None:
+    """Write the canonical table (plus an advantage:<scheme> column per --schemes entry) to a file."""
+    from .._output import check_writable, write_atomic
+    from .._render.table_files import TABLE_WRITERS
+
+    check_writable(output)
+    writer = TABLE_WRITERS.get(output.suffix.lower())
+    if writer is None:
+        extension = repr(output.suffix) if output.suffix else "(none)"
+        raise UsageError(
+            f"unknown output extension {extension}",
+            file=str(output),
+            expected=f"one of {', '.join(TABLE_WRITERS)}",
+        )
+    names = scheme_strings(schemes, []) if schemes else []
+    table = load_inputs(inputs, load, quiet=quiet).table
+    if names:
+        import rollaudit
+
+        advantages = rollaudit.recompute(table, names, device=device.value)
+        for name in advantages.column_names:
+            column = f"{ADVANTAGE_PREFIX}{name}"
+            if column in table.column_names:
+                raise UsageError(f"the table already has a column {column!r}", expected="a dump without it")
+            table = table.append_column(column, advantages.column(name))
+    write_atomic(output, lambda temporary: writer(table, temporary))
+    echo_status(f"wrote {output}: {table.num_rows:,} rows, {table.num_columns} columns", quiet)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# gate
+
+
+@app.command()
+@LOAD
+def gate(
+    inputs: Inputs,
+    max_rules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max",
+            metavar="SCHEME:METRIC=LIMIT",
+            help="The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    min_rules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--min",
+            metavar="SCHEME:METRIC=LIMIT",
+            help="The metric of SCHEME against the reference must be at least LIMIT; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            "-r",
+            metavar="SCHEME",
+            help="The scheme every metric is measured against. Default: the baseline's reference, else prompt.",
+            show_default=False,
+        ),
+    ] = None,
+    schemes: Schemes = None,
+    require: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--require",
+            metavar="NAME",
+            help="A data rule: prompt-key, trajectory-key, finite-rewards or no-singletons; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    expect_recorded: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-recorded",
+            metavar="SCHEME",
+            help="The advantages the dump recorded must equal SCHEME's; on a mismatch, the best fit is named.",
+            show_default=False,
+        ),
+    ] = None,
+    recorded_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--recorded-tolerance",
+            metavar="TOL",
+            help="Tolerance of --expect-recorded, times max(1, max |recorded|). Default: 1e-4.",
+            show_default=False,
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="FILE",
+            help="Fail when a metric moved from this baseline (written by --write-baseline) past its tolerance.",
+            show_default=False,
+        ),
+    ] = None,
+    baseline_tolerance: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--baseline-tolerance",
+            metavar="METRIC:TOL",
+            help=(
+                "How far METRIC may move from the baseline: sign_flip_rate:0.5% (points on a rate), nonzero:5% "
+                "(relative), nonzero:3 (absolute), *:TOL (every other metric); repeatable. Default: unchanged."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    write_baseline_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-baseline",
+            metavar="FILE",
+            help="Store this run's metrics as a baseline (atomically; may be the --baseline file).",
+            show_default=False,
+        ),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="Read the rules from FILE instead of [tool.rollaudit.gate] of the nearest pyproject.toml.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One versioned JSON document on stdout instead of the table.")
+    ] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit", metavar="FILE", help="Write JUnit XML (one test case per rule) to FILE.", show_default=False
+        ),
+    ] = None,
+    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    device: DeviceOption = Device.auto,
+    quiet: Quiet = False,
+) -> None:
+    """Check rules on the dumps' advantages: exit 0 when all hold, 1 when any fails, 2 on a usage or input error.
+
+    Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --config);
+    the options are merged over the file. Under GitHub Actions, failed rules become ::error annotations and a
+    summary is appended to $GITHUB_STEP_SUMMARY.
+    """
+    from .._gate.baseline import write_baseline
+    from .._gate.config import gate_config, load_gate_config, require_rules
+    from .._gate.evaluate import run_gate
+    from .._output import check_writable, write_atomic
+    from .._render.gate import emit_github, junit_xml, terminal, to_json
+
+    config = gate_config(
+        load_gate_config(path=config_file, start_dir="."),
+        max_rules=max_rules or (),
+        min_rules=min_rules or (),
+        reference=reference,
+        schemes=schemes,
+        require=require or (),
+        expect_recorded=expect_recorded,
+        recorded_tolerance=recorded_tolerance,
+        baseline=baseline,
+        baseline_tolerance=baseline_tolerance or (),
+    )
+    require_rules(config, writing_baseline=write_baseline_file is not None)
+    junit_path = check_writable(junit) if junit is not None else None
+    baseline_path = check_writable(write_baseline_file) if write_baseline_file is not None else None
+    table = load_inputs(inputs, load, quiet=quiet).table
+    result = run_gate(table, config, device.value)
+
+    if baseline_path is not None:
+        if result.report is not None:
+            write_baseline(baseline_path, result.report)
+            echo_status(f"wrote baseline {baseline_path}", quiet)
+        else:
+            typer.echo(f"warning: baseline {baseline_path} not written: the audit could not run", err=True)
+    if as_json:
+        typer.echo(to_json(result), nl=False)
+    elif result.results:  # a run that only writes a baseline has no rule to show
+        log_console().print(terminal(result))
+    if junit_path is not None:
+        write_atomic(junit_path, junit_xml(result))
+        echo_status(f"wrote {junit_path}", quiet)
+    # Annotations go to stdout, where GitHub reads workflow commands, unless stdout holds the JSON document.
+    emit_github(result, stream=sys.stderr if as_json else None)
+    result.raise_for_failures()

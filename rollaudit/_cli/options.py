@@ -1,0 +1,328 @@
+"""The command line's options, each declared once.
+
+Options several commands take are declared here as ``Annotated`` aliases;
+the options that say how to load dumps form one group, :data:`LOAD`, which a
+command takes as one :class:`~rollaudit.LoadOptions` parameter (the model is
+sqlite-utils' shared option decorators). The group puts its options into the
+command's signature where that parameter stands, and hands the command the
+one validated object built from them (validation: ``LoadOptions`` itself,
+worded in flags).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .._errors import UsageError
+from .._loaders.options import FLAGS, LoadOptions, checked
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class TokenReduce(str, Enum):
+    first = "first"
+    last = "last"
+    mean = "mean"
+
+
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="DUMP",
+        help="Dump files, directories (a slime --dump-details directory pairs rollout and train dumps) or globs.",
+        show_default=False,
+    ),
+]
+Schemes = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--schemes",
+        "-s",
+        metavar="SCHEMES",
+        help=(
+            "Comma-separated scheme strings, e.g. 'batch,prompt(scale=none),slime-legacy(n=8)'; commas inside "
+            "parentheses belong to the scheme; may be repeated."
+        ),
+        show_default=False,
+    ),
+]
+Reference = Annotated[
+    str, typer.Option("--reference", "-r", metavar="SCHEME", help="The scheme every other is measured against.")
+]
+DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no status messages on stderr.")]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Option groups: several options declared once, given to a command as one object.
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a group: its parameter name, its ``Annotated`` type and its default."""
+
+    name: str
+    annotation: Any
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options shared by several commands, handed to each as the one object ``build`` makes of their values.
+
+    Used as a decorator: the command's parameter named ``parameter`` (say ``load: LoadOptions``) is replaced, in the
+    signature typer reads, by the group's options; when the command runs, their values become that one argument.
+    """
+
+    parameter: str
+    options: tuple[Option, ...]
+    build: Callable[[dict[str, Any]], Any]
+
+    def __call__(self, command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        if self.parameter not in signature.parameters:
+            raise TypeError(f"{command.__name__} has no parameter {self.parameter!r} for the option group")
+        names = {option.name for option in self.options}
+        parameters = []
+        for parameter in signature.parameters.values():
+            if parameter.name != self.parameter:
+                parameters.append(parameter)
+                continue
+            parameters += [
+                inspect.Parameter(option.name, parameter.kind, default=option.default, annotation=option.annotation)
+                for option in self.options
+            ]
+
+        @functools.wraps(command)
+        def run(**values: Any) -> Any:
+            group = {name: values.pop(name) for name in list(values) if name in names}
+            return command(**values, **{self.parameter: self.build(group)})
+
+        run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+        del run.__wrapped__  # typer must read the signature above, not the command's own
+        return run
+
+
+def _column_names(option: str, text: str) -> list[str]:
+    """``a,b`` to ``["a", "b"]``; an empty name is a usage error."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"{option} {text!r} has an empty column name", expected="comma-separated names, e.g. a,b")
+    return names
+
+
+def _reward_weights(text: str) -> list[float] | dict[str, float]:
+    """``1,0.5`` (weights in column order) or ``acc=1,fmt=0.5`` (by name); a mix or a non-number is a usage error."""
+    expected = "comma-separated numbers (1,0.5) or name=weight pairs (acc=1,fmt=0.5)"
+    parts = [part.strip() for part in text.split(",")]
+    named = ["=" in part for part in parts]
+    if any(named) and not all(named):
+        raise UsageError(f"--reward-weights {text!r} mixes weights by name and by position", expected=expected)
+    weights: dict[str, float] = {}
+    for part in parts:
+        name, _, number = part.rpartition("=")
+        if any(named) and not name.strip():
+            raise UsageError(f"--reward-weights {text!r}: {part!r} has no column name", expected=expected)
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not math.isfinite(weight):
+            raise UsageError(f"--reward-weights {text!r}: {number.strip()!r} is not a finite number", expected=expected)
+        key = name.strip() if any(named) else str(len(weights))
+        if key in weights:
+            raise UsageError(f"--reward-weights {text!r} names {key!r} twice", expected=expected)
+        weights[key] = weight
+    return weights if any(named) else list(weights.values())
+
+
+def _load_options(values: Mapping[str, Any]) -> LoadOptions:
+    """The load group's values as one LoadOptions; the command line caches by default."""
+    values = dict(values)
+    cache, no_cache = values.pop("cache"), values.pop("no_cache")
+    if no_cache and cache is not None:
+        raise UsageError("--cache and --no-cache exclude each other", expected="one of them")
+    values["cache"] = False if no_cache else (cache if cache is not None else True)
+    values["format"] = values.pop("input_format")
+    if values["reward_columns"] is not None:
+        values["reward_columns"] = _column_names("--reward-columns", values["reward_columns"])
+    if values["reward_weights"] is not None:
+        values["reward_weights"] = _reward_weights(values["reward_weights"])
+    for name in ("token_reduce", "engine"):
+        if isinstance(values[name], Enum):
+            values[name] = values[name].value
+    values["token_reduce"] = values["token_reduce"] or "first"
+    return LoadOptions(**checked(values, FLAGS))
+
+
+def _option(name: str, kind: Any, *declarations: str, default: Any = None, **settings: Any) -> Option:
+    return Option(name, Annotated[kind, typer.Option(*declarations, **settings)], default)
+
+
+LOAD = OptionGroup(
+    parameter="load",
+    options=(
+        _option(
+            "reward_key",
+            str | None,
+            "--reward-key",
+            metavar="KEY",
+            help="Key of the trained-on reward when rewards are dicts (slime's --reward-key).",
+        ),
+        _option(
+            "n_samples_per_prompt",
+            int | None,
+            "--n-samples-per-prompt",
+            min=1,
+            metavar="N",
+            help="Samples per prompt, to group dumps that have no prompt keys (slime's --n-samples-per-prompt).",
+        ),
+        _option(
+            "input_format",
+            str | None,
+            "--format",
+            metavar="NAME",
+            help="Dump format to read (e.g. slime); detected from each file's content by default.",
+        ),
+        # Tables (verl, TRL, generic): which column plays which role. Not given: each format's own or the common names.
+        _option(
+            "reward_col", str | None, "--reward-col", metavar="COLUMN", help="Tables: the column holding the reward."
+        ),
+        _option(
+            "prompt_col",
+            str | None,
+            "--prompt-col",
+            metavar="COLUMN",
+            help="Tables: the column holding the prompt key.",
+        ),
+        _option(
+            "trajectory_col",
+            str | None,
+            "--trajectory-col",
+            metavar="COLUMN",
+            help="Tables: the column holding the trajectory key.",
+        ),
+        _option(
+            "step_col", str | None, "--step-col", metavar="COLUMN", help="Tables: the column holding the training step."
+        ),
+        _option(
+            "advantage_col",
+            str | None,
+            "--advantage-col",
+            metavar="COLUMN",
+            help="Tables: the column holding the advantage the trainer recorded.",
+        ),
+        _option(
+            "mask_col",
+            str | None,
+            "--mask-col",
+            metavar="COLUMN",
+            help="Tables: the per-token loss-mask column for per-token advantages.",
+        ),
+        _option(
+            "token_reduce",
+            TokenReduce | None,
+            "--token-reduce",
+            help=(
+                "Tables: per-token advantages to one value per sample: the first (default), last or mean masked-in one."
+            ),
+            show_default=False,
+        ),
+        _option(
+            "reward_columns",
+            str | None,
+            "--reward-columns",
+            metavar="COLUMNS",
+            help=(
+                "TRL: the comma-separated reward-function columns (default: every numeric column but step, advantage)."
+            ),
+        ),
+        _option(
+            "reward_weights",
+            str | None,
+            "--reward-weights",
+            metavar="WEIGHTS",
+            help=(
+                "TRL: the reward functions' weights, comma-separated in column order (1,0.5) or by name "
+                "(acc=1,fmt=0.5)."
+            ),
+        ),
+        _option(
+            "num_generations",
+            int | None,
+            "--num-generations",
+            min=1,
+            metavar="N",
+            help="TRL: completions per prompt (GRPOConfig.num_generations); default: the first run of equal prompts.",
+        ),
+        # Whole runs: how files are read (parallel workers, a cache of read tables, Ray).
+        _option(
+            "jobs",
+            int | None,
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Worker processes reading files (default: by the run's size).",
+        ),
+        _option(
+            "cache",
+            Path | None,
+            "--cache",
+            metavar="DIR",
+            help="Keep each file's read table here (default: ~/.cache/rollaudit, or $XDG_CACHE_HOME/rollaudit).",
+        ),
+        _option("no_cache", bool, "--no-cache", default=False, help="Read every file, and keep nothing."),
+        _option(
+            "engine",
+            Engine,
+            "--engine",
+            default=Engine.local,
+            help="Where the per-file work runs: here, or on Ray.",
+        ),
+        _option(
+            "ray_address",
+            str | None,
+            "--ray-address",
+            metavar="ADDRESS",
+            help="With --engine ray: the cluster (default: the running one).",
+        ),
+    ),
+    build=_load_options,
+)
+"""How to load the dumps: every command that reads dumps takes these, as one ``load: LoadOptions`` parameter."""
+
+
+def scheme_strings(values: list[str] | None, default: tuple[str, ...] | list[str]) -> list[str]:
+    """``--schemes`` values (each comma-separated, repeatable) as scheme strings, each checked before any load."""
+    from .._audit.schemes import get_scheme, split_schemes
+
+    if not values:
+        return list(default)
+    names: list[str] = []
+    for value in values:
+        names.extend(split_schemes(value))
+    if not names:
+        raise UsageError("--schemes is empty", expected="scheme strings, e.g. batch,prompt")
+    for name in names:
+        get_scheme(name)
+    return names

@@ -1,0 +1,406 @@
+"""Running a gate: audit exactly what the rules need, then hold every rule against the report and the table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
+from .._audit.report import json_value
+from .._errors import GateFailed, SchemeError, UsageError
+from .._table import POSITION, PROMPT, REWARD, STEP, TRAJECTORY, validate_table
+from .baseline import Baseline
+from .config import GateConfig, schemes_needed
+from .rules import METRIC_NAMES, BaselineTolerance, BoundRule, RecordedRule, RequireRule, format_value
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .._audit.fit import Detection
+    from .._audit.report import Report
+
+GATE_SCHEMA_VERSION = 1
+
+_UNDEFINED_BECAUSE = {
+    "nonzero_inflation": "the reference gives no sample a nonzero advantage",
+    "token_flip_rate": "the dump has no response lengths",
+    "advantage_cosine": "one side gives every sample a zero advantage",
+}
+
+# Differences below this are float noise (the same dump audited on another device), never a move.
+_FLOAT_NOISE = 1e-9
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Results.
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One rule's outcome. ``measured``: the value checked (None when undefined); ``limit``: the bound it was
+    held to (for a baseline metric the largest allowed move); ``limit_text``: the limit as a person reads it."""
+
+    name: str
+    passed: bool
+    measured: float | None
+    limit: float | None
+    message: str
+    kind: str = ""
+    limit_text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_value(
+            {
+                "name": self.name,
+                "kind": self.kind,
+                "passed": self.passed,
+                "measured": self.measured,
+                "limit": self.limit,
+                "limit_text": self.limit_text,
+                "message": self.message,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Every rule's outcome, in rule order; ``report`` is the audit the gate measured (for a baseline)."""
+
+    results: tuple[RuleResult, ...]
+    reference: str = "prompt"
+    samples: int = 0
+    report: Report | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    @property
+    def failures(self) -> list[RuleResult]:
+        return [result for result in self.results if not result.passed]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every rule holds, 1 otherwise (usage and input errors exit 2 before a result exists)."""
+        return 0 if self.passed else 1
+
+    def summary_line(self) -> str:
+        """One line: how many rules passed, or which failed."""
+        if self.passed:
+            return f"gate passed: {len(self.results)} rule{'s' if len(self.results) != 1 else ''} held"
+        names = ", ".join(result.name for result in self.failures)
+        return f"gate failed: {len(self.failures)} of {len(self.results)} rules ({names})"
+
+    def raise_for_failures(self) -> None:
+        """Raise :class:`GateFailed` (exit code 1) when a rule failed."""
+        if not self.passed:
+            raise GateFailed(self.summary_line())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready document, versioned by ``schema_version``."""
+        return json_value(
+            {
+                "schema_version": GATE_SCHEMA_VERSION,
+                "passed": self.passed,
+                "reference": self.reference,
+                "samples": self.samples,
+                "counts": {"rules": len(self.results), "failed": len(self.failures)},
+                "rules": [result.to_dict() for result in self.results],
+            }
+        )
+
+
+def _number_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _bound_limit_text(rule: BoundRule) -> str:
+    return f"{'<=' if rule.op == 'max' else '>='} {format_value(rule.limit, rule.metric)}"
+
+
+def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
+    measured = _number_or_none(report.summary.loc[rule.scheme, rule.metric])
+    limit_text = _bound_limit_text(rule)
+    target = f"{rule.scheme}:{rule.metric} vs {report.reference}"
+    if measured is None:
+        why = _UNDEFINED_BECAUSE.get(rule.metric, "no sample could be compared")
+        return RuleResult(rule.name, False, None, rule.limit, f"{target} is undefined ({why})", "bound", limit_text)
+    passed = measured <= rule.limit if rule.op == "max" else measured >= rule.limit
+    if rule.op == "max":
+        verdict = "at or below the maximum" if passed else "above the maximum"
+    else:
+        verdict = "at or above the minimum" if passed else "below the minimum"
+    message = f"{target} = {format_value(measured, rule.metric)}, {verdict} {format_value(rule.limit, rule.metric)}"
+    if not passed and report.info.get("steps", 1) > 1:
+        message += _worst_step(report, rule)
+    return RuleResult(rule.name, passed, measured, rule.limit, message, "bound", limit_text)
+
+
+def _worst_step(report: Report, rule: BoundRule) -> str:
+    """Where a failing bound is worst, for a multi-step run."""
+    by_step = report.per_step.xs(rule.scheme, level="scheme")[rule.metric].dropna()
+    if by_step.empty:
+        return ""
+    step = by_step.idxmax() if rule.op == "max" else by_step.idxmin()
+    return f"; worst at step {step}: {format_value(float(by_step[step]), rule.metric)}"
+
+
+def _first_row_where(mask: Any) -> int:
+    return int(pc.index(mask, True).as_py())
+
+
+def _row_place(table: pa.Table, row: int) -> str:
+    step = table.column(STEP)[row].as_py()
+    position = table.column(POSITION)[row].as_py()
+    return f"row {row} (step {step}, position {position})"
+
+
+def _key_result(rule: RequireRule, table: pa.Table, column: str, what: str) -> RuleResult:
+    keys = table.column(column)
+    missing = keys.null_count
+    total = table.num_rows
+    if not missing:
+        message = f"all {total} samples have a {what}"
+    else:
+        first = _row_place(table, _first_row_where(pc.is_null(keys)))
+        message = f"{missing} of {total} samples have no {what} (first: {first})"
+    return RuleResult(rule.name, not missing, float(missing), 0.0, message, "require", "0 missing")
+
+
+def _finite_rewards_result(rule: RequireRule, table: pa.Table) -> RuleResult:
+    rewards = table.column(REWARD)
+    nonfinite = pc.invert(pc.is_finite(rewards))
+    count = int(pc.sum(nonfinite).as_py() or 0)
+    if not count:
+        message = f"all {table.num_rows} rewards are finite"
+    else:
+        row = _first_row_where(nonfinite)
+        message = (
+            f"{count} of {table.num_rows} rewards are NaN or inf "
+            f"(first: {_row_place(table, row)}, reward {rewards[row].as_py()})"
+        )
+    return RuleResult(rule.name, not count, float(count), 0.0, message, "require", "0 non-finite")
+
+
+def _no_singletons_result(rule: RequireRule, table: pa.Table) -> RuleResult:
+    """(step, prompt) groups of exactly one sample; samples without a prompt key are the prompt-key rule's."""
+    keyed = table.filter(pc.is_valid(table.column(PROMPT))).select([STEP, PROMPT])
+    unkeyed = table.num_rows - keyed.num_rows
+    # Single-threaded grouping keeps groups in order of first appearance, so "first" means first in the dump.
+    sizes = keyed.group_by([STEP, PROMPT], use_threads=False).aggregate([([], "count_all")])
+    singletons = sizes.filter(pc.equal(sizes.column("count_all"), 1))
+    count = singletons.num_rows
+    if not count:
+        message = f"no one-sample group among {sizes.num_rows} prompt groups"
+    else:
+        message = (
+            f"{count} of {sizes.num_rows} prompt groups have one sample (first: prompt "
+            f"{singletons.column(PROMPT)[0].as_py()!r} at step {singletons.column(STEP)[0].as_py()})"
+        )
+    if unkeyed:
+        message += f"; {unkeyed} samples without a prompt key not checked"
+    return RuleResult(rule.name, not count, float(count), 0.0, message, "require", "0 one-sample groups")
+
+
+def check_requirements(table: pa.Table, config: GateConfig) -> list[RuleResult]:
+    """The data requirements, from the table alone: they hold or fail even where the audit cannot run
+    (missing prompt keys make every prompt-grouped scheme an error)."""
+    results = []
+    for rule in config.requirements:
+        if rule.requirement == "prompt-key":
+            results.append(_key_result(rule, table, PROMPT, "prompt key"))
+        elif rule.requirement == "trajectory-key":
+            results.append(_key_result(rule, table, TRAJECTORY, "trajectory key"))
+        elif rule.requirement == "finite-rewards":
+            results.append(_finite_rewards_result(rule, table))
+        else:
+            results.append(_no_singletons_result(rule, table))
+    return results
+
+
+def _recorded_result(rule: RecordedRule, report: Report) -> RuleResult:
+    """The recorded advantages against ``rule.scheme``, read from the audit's own fit (never fitted again here)."""
+    limit_text = f"max error <= {rule.tolerance:g}"
+    detection = report.detection
+    if detection is None:
+        message = (
+            "the dump holds no recorded advantages (only train dumps, TRL parquet or tables with an advantage "
+            "column do)"
+        )
+        return RuleResult(rule.name, False, None, rule.tolerance, message, "recorded", limit_text)
+    fit = detection.fit_of(rule.scheme)
+    if fit is None:
+        # The expected scheme cannot even run on this dump: it is not what the trainer did.
+        why = detection.unavailable.get(rule.scheme, "not fitted")
+        message = f"{rule.scheme} cannot run on this dump ({why}); {_best_fit_text(detection)}"
+        return RuleResult(rule.name, False, None, rule.tolerance, message, "recorded", limit_text)
+    allowed = detection.allowed_error
+    if detection.scale != 1.0:
+        limit_text = f"max error <= {allowed:.4g} ({rule.tolerance:g} x max |recorded| {detection.scale:.4g})"
+    worst = fit.max_error
+    passed = worst <= allowed
+    counted = f"{detection.rows} of {report.info.get('samples', detection.rows)} samples with a recorded advantage"
+    if passed:
+        message = f"recorded advantages match {rule.scheme} (max error {format_value(worst)} over {counted})"
+    else:
+        message = (
+            f"recorded advantages do not match {rule.scheme}: {detection.beyond_tolerance(fit)} samples off by "
+            f"more than {allowed:.4g} (max error {format_value(worst)} over {counted}); {_best_fit_text(detection)}"
+        )
+    return RuleResult(rule.name, passed, worst, allowed, message, "recorded", limit_text)
+
+
+def _best_fit_text(detection: Detection) -> str:
+    best = detection.closest
+    if best is None:
+        return "no preset runs on this dump"
+    equal = list(detection.equivalent[:3])
+    also = f" (equally: {', '.join(equal)})" if equal else ""
+    if detection.matched:
+        return f"they match {best.scheme}{also} (max error {format_value(best.max_error)})"
+    return (
+        f"no preset matches; closest: {best.scheme}{also} ({best.share_within_tolerance:.1%} of samples within "
+        f"tolerance, max error {format_value(best.max_error)})"
+    )
+
+
+def _tolerance_for(metric: str, tolerances: Mapping[str, BaselineTolerance]) -> BaselineTolerance | None:
+    if tolerances:
+        return tolerances.get(metric, tolerances.get("*"))
+    return BaselineTolerance(metric="*", value=0.0, text="unchanged")
+
+
+def _baseline_results(baseline: Baseline, report: Report, config: GateConfig) -> list[RuleResult]:
+    tolerances = {tolerance.metric: tolerance for tolerance in config.baseline_tolerances}
+    results = []
+    for scheme, stored in baseline.summary.items():
+        for metric in METRIC_NAMES:
+            tolerance = _tolerance_for(metric, tolerances)
+            if tolerance is None:
+                continue  # only the metrics the tolerances name are checked once some are named
+            name = f"baseline {scheme}:{metric}"
+            now = _number_or_none(report.summary.loc[scheme, metric])
+            if metric not in stored:
+                message = f"{scheme}:{metric} is not in the baseline {baseline.path}; rewrite it with --write-baseline"
+                results.append(RuleResult(name, False, now, None, message, "baseline", "in the baseline"))
+                continue
+            before = stored[metric]
+            results.append(_baseline_result(name, f"{scheme}:{metric}", metric, before, now, tolerance))
+    return results
+
+
+def _baseline_result(
+    name: str, target: str, metric: str, before: float | None, now: float | None, tolerance: BaselineTolerance
+) -> RuleResult:
+    if before is None or now is None:
+        passed = before is None and now is None
+        how = "undefined in both" if passed else f"was {format_value(before, metric)}, now {format_value(now, metric)}"
+        return RuleResult(name, passed, now, None, f"{target} {how}", "baseline", f"baseline {format_value(before)}")
+    allowed = tolerance.allowed(before)
+    moved = now - before
+    noise = _FLOAT_NOISE * max(1.0, abs(before), abs(now))
+    passed = abs(moved) <= allowed + noise
+    written = "" if tolerance.text in ("", "unchanged") else f" ({tolerance.text})"
+    limit_text = (
+        f"{format_value(before)} ± {allowed:.4g}{written}" if allowed else f"{format_value(before)} (unchanged)"
+    )
+    direction = "rose" if moved > 0 else "fell"
+    if passed:
+        message = f"{target} = {format_value(now, metric)}, baseline {format_value(before, metric)}"
+    else:
+        message = (
+            f"{target} {direction} from {format_value(before, metric)} to {format_value(now, metric)} "
+            f"(moved {abs(moved):.4g}, allowed {allowed:.4g})"
+        )
+    return RuleResult(name, passed, now, allowed, message, "baseline", limit_text)
+
+
+def evaluate(report: Report, table: pa.Table, config: GateConfig) -> GateResult:
+    """Every rule of ``config`` against ``report`` (the audit of ``table``), in the order: bounds, recorded,
+    requirements, baseline. ``report`` must include the schemes of :func:`schemes_needed`."""
+    if report.reference != config.reference_name:
+        raise UsageError(
+            f"the report's reference is {report.reference!r} but the gate's is {config.reference_name!r}",
+            expected="rollaudit.audit(table, schemes_needed(config), reference=config.reference_name)",
+        )
+    table = validate_table(table)
+    missing = [scheme for scheme in schemes_needed(config) if scheme not in report.summary.index]
+    if missing:
+        raise UsageError(
+            f"the report has no scheme {missing[0]!r}",
+            expected="rollaudit.audit(table, schemes_needed(config), ...)",
+        )
+    detection, rule = report.detection, config.recorded
+    if rule is not None and detection is not None:
+        fitted = detection.fit_of(rule.scheme) is not None or rule.scheme in detection.unavailable
+        if not fitted or detection.tolerance != rule.tolerance:
+            raise UsageError(
+                f"the report's fit of the recorded advantages does not cover {rule.scheme} "
+                f"at tolerance {rule.tolerance:g}",
+                expected="rollaudit.audit(table, ..., recorded_schemes=[scheme], recorded_tolerance=tolerance)",
+            )
+    results = [_bound_result(rule, report) for rule in config.bounds]
+    if config.recorded is not None:
+        results.append(_recorded_result(config.recorded, report))
+    results.extend(check_requirements(table, config))
+    if config.baseline is not None:
+        results.extend(_baseline_results(config.baseline, report, config))
+    return GateResult(
+        results=tuple(results),
+        reference=report.reference,
+        samples=int(report.info.get("samples", table.num_rows)),
+        report=report,
+    )
+
+
+def run_gate(table: pa.Table, config: GateConfig, device: str = "auto") -> GateResult:
+    """Audit ``table`` with exactly the schemes the gate needs and evaluate every rule: the library's one call.
+
+    >>> import rollaudit
+    >>> from rollaudit._gate.config import gate_config
+    >>> table = rollaudit.make_table(reward=[0, 1, 0, 0], prompt=[0, 0, 1, 1])
+    >>> run_gate(table, gate_config(max_rules=["batch:spurious_nonzero=0"]), device="cpu").passed
+    False
+    """
+    from .._audit.api import audit
+
+    table = validate_table(table)
+    recorded = config.recorded
+    try:
+        report = audit(
+            table,
+            schemes_needed(config),
+            reference=config.reference_name,
+            device=device,
+            recorded_schemes=[recorded.scheme] if recorded is not None else (),
+            recorded_tolerance=recorded.tolerance if recorded is not None else DEFAULT_RECORDED_TOLERANCE,
+        )
+    except SchemeError as error:
+        # A scheme cannot apply to this data (e.g. some prompt keys missing). When a data requirement explains
+        # why, that is a failed gate (exit 1) naming the requirement; otherwise a usage error as before.
+        requirements = check_requirements(table, config)
+        if all(result.passed for result in requirements):
+            raise
+        return _unmeasured(table, config, requirements, error)
+    return evaluate(report, table, config)
+
+
+def _unmeasured(table: pa.Table, config: GateConfig, requirements: list[RuleResult], error: SchemeError) -> GateResult:
+    """The result when the audit could not run: the requirements as measured, every other rule failed."""
+    why = f"not measured: the audit could not run ({error.line()})"
+    results = [
+        RuleResult(rule.name, False, None, rule.limit, why, "bound", _bound_limit_text(rule)) for rule in config.bounds
+    ]
+    if config.recorded is not None:
+        results.append(RuleResult(config.recorded.name, False, None, config.recorded.tolerance, why, "recorded"))
+    results.extend(requirements)
+    if config.baseline is not None:
+        results.append(RuleResult(f"baseline {config.baseline.path}", False, None, None, why, "baseline"))
+    return GateResult(results=tuple(results), reference=config.reference_name, samples=table.num_rows)

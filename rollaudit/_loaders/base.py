@@ -1,0 +1,51 @@
+"""The one interface every dump format implements (a loader is a plug-in: this, plus a line in the registry).
+
+A format is four functions and a name:
+
+``detect(path) -> bool``
+    whether a file is one of its dumps, by content (and, where a framework's
+    layout says so, by name); never raises.
+``expand_directory(directory) -> list[Path] | None``
+    which files of a directory are its dumps (any order), or None when the
+    directory holds none of them. A run directory above a framework's step
+    directories is expanded here too.
+``read(path, options) -> pyarrow.Table``
+    one file to a small table of what the audit needs (its own layout,
+    Parquet-safe: the cache stores it, worker processes send it back).
+    Module-level, so that worker processes and Ray tasks can run it.
+``combine(paths, tables, options) -> list[pyarrow.Table]``
+    the read tables of a run's files (file order) to canonical tables, one
+    per step (slime pairs train dumps with rollout dumps here, AReaL joins
+    the task files of a version). Runs in the loading process.
+
+The engine (worker processes, Ray, the cache) and ``rollaudit.load`` work
+with any format through this interface alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .options import LoadOptions
+
+
+@dataclass(frozen=True)
+class Format:
+    """One dump format rollaudit reads: its name, a one-line description, and the four functions above."""
+
+    name: str
+    description: str
+    detect: Callable[[Path], bool]
+    read: Callable[[Path, LoadOptions], pa.Table]
+    combine: Callable[[list[Path], list[pa.Table], LoadOptions], list[pa.Table]]
+    expand_directory: Callable[[Path], list[Path] | None]
+
+    def read_all(self, paths: list[Path], options: LoadOptions) -> list[pa.Table]:
+        """Read ``paths`` one after the other in this process and combine them: one canonical table per step."""
+        return self.combine(paths, [self.read(path, options) for path in paths], options)

@@ -1,0 +1,306 @@
+"""Where the per-file work of a load runs: in this process, in worker processes, or as Ray tasks.
+
+A load is per-file work followed by a cheap join in this process. Each dump
+file is one work item: its format's ``read`` turns it into a small table
+(the audit columns; tokens and log-probs are dropped with the file), and the
+format's ``combine`` joins the read tables of all files into one table per
+step (slime pairs train dumps with their rollout dumps there). Only read
+tables reach this process, so memory stays flat however many files a run has.
+
+Engines run the ``read`` calls:
+
+- ``local``, ``jobs=1``: in this process, one file after the other.
+- ``local``, ``jobs>1``: a :class:`concurrent.futures.ProcessPoolExecutor`
+  on a ``forkserver`` context (``spawn`` where there is none): never ``fork``
+  a process that may hold torch's or pyarrow's threads. Like any
+  multiprocessing code, a script that loads with ``jobs>1`` needs the usual
+  ``if __name__ == "__main__":`` guard.
+- ``ray``: the same function as Ray tasks on a running cluster (or a local
+  Ray started for the purpose); files must be readable where the tasks run.
+
+Files the cache (:mod:`.cache`) holds are not read at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import _errors
+from .._errors import InputError, RollauditError, RollauditWarning, UsageError
+from .cache import Cache, cache_directory
+from .registry import FORMATS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .options import LoadOptions
+
+# Below this many bytes to read, worker processes cost more than they save. A worker's first
+# result comes 0.5-2 s after the pool starts (its interpreter, then rollaudit, pyarrow and the
+# pandas that pyarrow imports on its first array: ~0.8 s of CPU), while one process reduces
+# slime dumps at ~70 MB/s (tests/benchmarks/bench_run.py, 2 cores): two workers only pay off
+# from ~70-140 MB on.
+SMALL_RUN_BYTES = 64 << 20
+MAX_DEFAULT_JOBS = 8
+RAY_EXTRA_MISSING = "--engine ray needs the ray extra: pip install 'rollaudit[ray]'"
+
+OnFile = Callable[[str, int], Any]
+Detect = Callable[[Path], str]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# How many workers.
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs(items: int, total_bytes: int) -> int:
+    """One process for one file or a small run (workers would cost more than they save), else one per CPU, up to 8."""
+    if items <= 1 or total_bytes < SMALL_RUN_BYTES:
+        return 1
+    return max(1, min(available_cpus(), items, MAX_DEFAULT_JOBS))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One work item, wherever it runs.
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One dump file: the path as given (named in messages), and where and what to read."""
+
+    path: Path
+    absolute: Path
+    size: int
+    mtime_ns: int
+    requested_format: str | None = None  # load()'s format: None to detect by content (part of the cache key)
+    format: str | None = None  # the format that reads it: requested, or detected after a cache miss
+
+    @classmethod
+    def of(cls, path: Path, format: str | None) -> WorkItem:
+        try:
+            stat = path.stat()
+        except OSError as error:  # gone since the directory was listed
+            raise InputError(f"cannot read: {error.strerror}", file=str(path)) from None
+        absolute = path.absolute()
+        return cls(path, absolute, stat.st_size, stat.st_mtime_ns, requested_format=format, format=format)
+
+
+@dataclass
+class Outcome:
+    """What a worker sends back: the read table and the warnings it raised, or the input error it met.
+
+    RollauditErrors travel as their fields: the default pickling of an
+    exception keeps only its one line, not ``file``, ``field``, ``row``.
+    """
+
+    table: pa.Table | None
+    warned: list[tuple[type[Warning], str]] = field(default_factory=list)
+    error: tuple[str, dict[str, Any]] | None = None
+
+
+def read_outcome(format_name: str, path: Path, options: LoadOptions) -> Outcome:
+    """Read one file with its format's ``read``; module-level so that worker processes and Ray tasks can run it."""
+    with warnings.catch_warnings(record=True) as caught:
+        # Record everything, whatever this process's filters: the caller's filters apply when they are raised again.
+        warnings.simplefilter("always")
+        try:
+            table = FORMATS[format_name].read(path, options)
+        except RollauditError as error:
+            fields = {name: getattr(error, name) for name in ("message", "file", "field", "row", "expected")}
+            return Outcome(table=None, warned=_warned(caught), error=(type(error).__name__, fields))
+    return Outcome(table=table, warned=_warned(caught))
+
+
+def _warned(caught: list[warnings.WarningMessage]) -> list[tuple[type[Warning], str]]:
+    return [(message.category, str(message.message)) for message in caught]
+
+
+def _as_given(text: str | None, item: WorkItem) -> str | None:
+    """Messages name the file as the user gave it (workers read it by its absolute path)."""
+    if text is None or item.absolute == item.path:
+        return text
+    return text.replace(str(item.absolute), str(item.path))
+
+
+def _raise_error(error: tuple[str, dict[str, Any]], item: WorkItem) -> None:
+    kind = getattr(_errors, error[0], None)
+    if not (isinstance(kind, type) and issubclass(kind, RollauditError)):
+        kind = _errors.InputError
+    fields = dict(error[1])
+    for name in ("message", "file", "expected"):
+        fields[name] = _as_given(fields[name], item)
+    message = fields.pop("message")
+    raise kind(message, **fields)
+
+
+def _raise_warnings(warned: list[tuple[type[Warning], str]], item: WorkItem) -> None:
+    for category, message in warned:
+        # stacklevel 4: the caller of load() (here <- run_items <- load <- caller).
+        warnings.warn(_as_given(message, item), category, stacklevel=4)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Running the items.
+
+
+@dataclass
+class Read:
+    """One file's read table and the format that read it."""
+
+    format: str
+    path: Path
+    table: pa.Table
+
+
+def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | None, detect: Detect) -> list[Read]:
+    """Read every file (from the cache where it can), in file order.
+
+    ``options.format`` None: each file's format is detected by content, after
+    the cache had its chance (a cache hit reads no dump file at all).
+    ``on_file(path, n_bytes)`` is called here, in this process, as each file
+    completes, cache hits included. Warnings the files raised are raised
+    here, in file order, once the reading is done (before the first error
+    when a file fails).
+    """
+    items = [WorkItem.of(path, options.format) for path in paths]
+    directory = cache_directory(options.cache)
+    cache = Cache(directory, options) if directory is not None else None
+    results: list[Read | None] = [None] * len(items)
+    warned: list[list[tuple[type[Warning], str]]] = [[] for _ in items]
+    misses: list[int] = []
+    for index, item in enumerate(items):
+        entry = cache.get(item) if cache is not None else None
+        if entry is None:
+            misses.append(index)
+            continue
+        results[index] = Read(entry.format, item.path, entry.table)
+        warned[index] = entry.warned
+        if on_file is not None:
+            on_file(str(item.path), item.size)
+    # Detected only now, and all before the first is read: an unknown file fails the load before any work.
+    for index in misses:
+        if items[index].format is None:
+            items[index] = dataclasses.replace(items[index], format=detect(items[index].path))
+
+    def done(index: int, outcome: Outcome) -> None:
+        item = items[index]
+        warned[index] = outcome.warned
+        if outcome.error is not None:
+            _raise_error(outcome.error, item)
+        assert outcome.table is not None and item.format is not None
+        results[index] = Read(item.format, item.path, outcome.table)
+        if cache is not None:
+            cache.put(item, item.format, outcome.table, outcome.warned)
+        if on_file is not None:
+            on_file(str(item.path), item.size)
+
+    work = [(index, items[index]) for index in misses]
+    try:
+        if options.engine == "ray":
+            _run_ray(work, options, done)
+        else:
+            jobs = min(options.jobs or default_jobs(len(work), sum(item.size for _, item in work)), len(work))
+            if jobs > 1:
+                try:
+                    _run_pool(work, options, jobs, done)
+                except WorkersDied as died:
+                    if options.jobs is not None:
+                        raise UsageError(died.message, expected="jobs=1 (--jobs 1) to read in this process") from None
+                    # Workers were our choice, not the caller's: read what is left here rather than fail.
+                    warnings.warn(f"{died.message}; reading the rest in this process", RollauditWarning, stacklevel=3)
+                    work = [(index, item) for index, item in work if results[index] is None]
+                    jobs = 1
+            if jobs <= 1:
+                for index, item in work:
+                    done(index, read_outcome(str(item.format), item.absolute, options))
+    finally:
+        for item, messages in zip(items, warned, strict=True):
+            _raise_warnings(messages, item)
+    return [result for result in results if result is not None]
+
+
+class WorkersDied(Exception):
+    """The process pool broke: a worker was killed (out of memory), or could not start."""
+
+    message = (
+        "a worker process died: out of memory, or a script that loads with jobs>1 "
+        "without the `if __name__ == '__main__':` guard that multiprocessing needs"
+    )
+
+
+def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int, done: Callable) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+    try:
+        futures = {pool.submit(read_outcome, str(item.format), item.absolute, options): index for index, item in work}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+    except BrokenProcessPool:
+        raise WorkersDied from None
+    finally:
+        # On an error, files not started yet are not read; those being read are waited for.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_init(address: str | None) -> None:
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if address is not None:
+        try:
+            ray.init(address=address, **quiet)
+        except ConnectionError as error:
+            raise UsageError(f"cannot connect to the Ray cluster at {address} ({error})") from None
+        return
+    try:
+        ray.init(address="auto", **quiet)  # the running cluster (RAY_ADDRESS, or `ray start` on this machine)
+    except ConnectionError:
+        ray.init(include_dashboard=False, **quiet)  # none: a local Ray for this process
+
+
+def _run_ray(work: list[tuple[int, WorkItem]], options: LoadOptions, done: Callable) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(RAY_EXTRA_MISSING) from None
+    if not work:
+        return
+    _ray_init(options.ray_address)
+    remote_read = ray.remote(read_outcome)
+    options_ref = ray.put(options)
+    # At most `jobs` tasks in flight when given (the cluster schedules them otherwise); results arrive as they finish.
+    window = options.jobs or len(work)
+    queue = list(reversed(work))
+    pending: dict[Any, int] = {}
+    try:
+        while queue or pending:
+            while queue and len(pending) < window:
+                index, item = queue.pop()
+                pending[remote_read.remote(str(item.format), item.absolute, options_ref)] = index
+            finished, _ = ray.wait(list(pending), num_returns=1)
+            for reference in finished:
+                done(pending.pop(reference), ray.get(reference))
+    finally:
+        for reference in pending:
+            ray.cancel(reference)

@@ -1,0 +1,209 @@
+"""``rollaudit.load``: dump files, lists, directories or globs to one canonical table.
+
+Paths are expanded (:func:`expand_paths`: a directory asks every format which
+of its files are dumps), each file's format is detected by content
+(:func:`detect_format`, the registry's order) and read by the engine (this
+process, worker processes or Ray; the cache first), and each format combines
+its files' tables into canonical tables, one per step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .._errors import InputError, UsageError
+from .._table import POSITION, STEP, concat_tables
+from .engine import run_items
+from .options import LoadOptions
+from .registry import FORMATS, formats_read
+
+ProgressCallback = Callable[[str, int], Any]
+FORMATS_METADATA = b"rollaudit.formats"
+
+_GLOB_CHARACTERS = re.compile(r"[*?[]")
+
+
+def _natural_key(path: Path) -> tuple:
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(path)))
+
+
+def _directory_files(directory: Path) -> list[Path]:
+    for entry in FORMATS.values():
+        files = entry.expand_directory(directory)
+        if files:
+            return sorted(files, key=_natural_key)
+    files = sorted(
+        (path for path in directory.iterdir() if path.is_file() and not path.name.startswith(".")),
+        key=_natural_key,
+    )
+    if not files:
+        raise InputError(
+            "the directory holds no dump files",
+            file=str(directory),
+            expected=f"dumps in a format rollaudit reads: {formats_read()}",
+        )
+    return files
+
+
+def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Files to read: a file, a directory's dumps, a glob's matches (sorted), or a list of those, in order."""
+    items = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
+    if not items:
+        raise InputError("no paths given", expected="a dump file, a list of files, a directory or a glob")
+    files: list[Path] = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise UsageError(f"{type(item).__name__} given where a path was expected", expected="str or os.PathLike")
+        path = Path(item)
+        if path.is_dir():
+            files.extend(_directory_files(path))
+        elif path.is_file():
+            files.append(path)
+        elif isinstance(item, str) and _GLOB_CHARACTERS.search(item):
+            files.extend(_glob_files(item))
+        else:
+            raise InputError("no such file or directory", file=str(item))
+    unique: dict[Path, Path] = {}
+    for path in files:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
+
+
+def _glob_files(pattern: str) -> list[Path]:
+    import glob
+
+    matches = sorted((Path(match) for match in glob.glob(pattern, recursive=True)), key=_natural_key)
+    files: list[Path] = []
+    for match in matches:
+        files.extend(_directory_files(match) if match.is_dir() else [match])
+    if not files:
+        raise InputError("no file matches the pattern", file=pattern, expected="a glob that matches dump files")
+    return files
+
+
+def detect_format(path: Path) -> str:
+    """The name of the format of ``path``, by content (InputError when no format recognises it)."""
+    for name, entry in FORMATS.items():
+        if entry.detect(path):
+            return name
+    raise InputError("unknown dump format", file=str(path), expected=f"a format rollaudit reads: {formats_read()}")
+
+
+def load(
+    path_or_paths: str | os.PathLike | Iterable[str | os.PathLike],
+    options: LoadOptions | None = None,
+    *,
+    on_file: ProgressCallback | None = None,
+    format: str | None = None,
+    reward_key: str | None = None,
+    n_samples_per_prompt: int | None = None,
+    reward_col: str | None = None,
+    prompt_col: str | None = None,
+    trajectory_col: str | None = None,
+    step_col: str | None = None,
+    advantage_col: str | None = None,
+    mask_col: str | None = None,
+    token_reduce: str = "first",
+    reward_columns: Sequence[str] | None = None,
+    reward_weights: Sequence[float] | Mapping[str, float] | None = None,
+    num_generations: int | None = None,
+    jobs: int | None = None,
+    cache: str | os.PathLike | bool | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> pa.Table:
+    """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
+
+    ``path_or_paths``: a dump file, a directory (a slime ``--dump-details``
+    directory pairs its rollout and train dumps by step), a glob, or a list
+    of those. ``options``: a :class:`~rollaudit.LoadOptions`; without it, the
+    keywords below build one (they are its fields). ``on_file(path, n_bytes)``
+    is called in this process as each file is done (read, or found in the cache).
+
+    ``format`` is detected from each file's content when not given.
+    ``reward_key`` picks the trained-on reward from dict rewards (slime's
+    ``--reward-key``); ``n_samples_per_prompt`` gives prompt keys as
+    consecutive slices when a dump has none.
+
+    Tables (verl, TRL, generic): ``reward_col``, ``prompt_col``,
+    ``trajectory_col``, ``step_col``, ``advantage_col`` and ``mask_col``
+    name the columns that hold each role (otherwise each format's own names,
+    or the common ones, are used); ``token_reduce`` (``first``, ``last``,
+    ``mean``) turns per-token advantage lists into one value per sample.
+    TRL: ``reward_columns`` names the reward-function columns (default:
+    the numeric ones), ``reward_weights`` weighs them (a list in their
+    order, or a dict by name), ``num_generations`` fixes the group size
+    (default: the first run of equal prompt texts).
+
+    Each file is one step, its own batch (generic tables: the files of one
+    step form one batch, in order).
+
+    Whole runs: files are read one at a time to their audit columns
+    (tokens are dropped before the next file is read), so memory stays flat
+    however many files there are. ``jobs`` worker processes read files in
+    parallel (default: 1 for one file or under 64 MB to read, else one per
+    CPU up to 8; a script that loads with ``jobs>1`` needs multiprocessing's
+    ``if __name__ == "__main__":`` guard).
+    ``cache``: a directory keeping each file's read table, keyed by its
+    path, size and modification time and the options (``True``: the default
+    directory, ``$XDG_CACHE_HOME/rollaudit`` or ``~/.cache/rollaudit``;
+    ``None``/``False``, the default: no cache), so that a second load of
+    the same run reads no dump file. ``engine="ray"`` runs the per-file work
+    as Ray tasks (``pip install 'rollaudit[ray]'``) on the cluster at
+    ``ray_address`` (default: the running cluster, else a local Ray), the
+    files being readable where the tasks run. Bad input raises
+    :class:`~rollaudit.InputError` with one line naming the file, field and
+    sample; unknown classes in a dump become inert placeholders (one
+    :class:`~rollaudit.RollauditWarning` per file) and nothing the file
+    names is ever run.
+    """
+    if options is None:
+        options = LoadOptions(
+            format=format,
+            reward_key=reward_key,
+            n_samples_per_prompt=n_samples_per_prompt,
+            reward_col=reward_col,
+            prompt_col=prompt_col,
+            trajectory_col=trajectory_col,
+            step_col=step_col,
+            advantage_col=advantage_col,
+            mask_col=mask_col,
+            token_reduce=token_reduce,
+            reward_columns=reward_columns,
+            reward_weights=reward_weights,
+            num_generations=num_generations,
+            jobs=jobs,
+            cache=cache,
+            engine=engine,
+            ray_address=ray_address,
+        )
+    elif not isinstance(options, LoadOptions):
+        raise UsageError(f"options is a {type(options).__name__}", expected="a rollaudit.LoadOptions")
+    if options.format is not None and options.format not in FORMATS:
+        raise InputError(
+            f"unknown format {options.format!r}", expected=f"one of the formats rollaudit reads: {formats_read()}"
+        )
+    files = expand_paths(path_or_paths)
+    grouped: dict[str, tuple[list[Path], list[pa.Table]]] = {}
+    for read in run_items(files, options, on_file, detect_format):
+        paths, parts = grouped.setdefault(read.format, ([], []))
+        paths.append(read.path)
+        parts.append(read.table)
+    tables: list[pa.Table] = []
+    for name, (paths, parts) in grouped.items():
+        tables.extend(FORMATS[name].combine(paths, parts, options))
+    table = concat_tables(tables).sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+    # Which formats were read travels with the table: a caller need not open a file again to say so.
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), FORMATS_METADATA: "+".join(sorted(grouped))})
+
+
+def loaded_formats(table: pa.Table) -> list[str]:
+    """The formats ``load`` read to make ``table`` (empty for a table made another way)."""
+    text = (table.schema.metadata or {}).get(FORMATS_METADATA, b"").decode()
+    return text.split("+") if text else []

@@ -1,0 +1,26 @@
+"""The registry of dump formats: one line per format, tried in this order to detect a file's format.
+
+Adding a format is one module implementing :class:`~.base.Format` and one line here; the engine, the cache and the
+command line find it through this table.
+"""
+
+from __future__ import annotations
+
+from . import generic, slime, trl, verl
+from .base import Format
+
+FORMATS: dict[str, Format] = {
+    loader.name: loader
+    for loader in (
+        slime.LOADER,
+        verl.LOADER,
+        trl.LOADER,
+        generic.LOADER,  # last: it accepts any table (and an empty file, so that the error says so)
+    )
+}
+"""Format name -> Format. Detection tries the entries in this order."""
+
+
+def formats_read() -> str:
+    """``slime (torch.save .pt zips of rollout and train dumps), ...``: one entry per registered format."""
+    return ", ".join(f"{entry.name} ({entry.description})" for entry in FORMATS.values())

@@ -1,0 +1,652 @@
+"""slime dumps to the canonical table: rollout dumps, train dumps, and the join of the two.
+
+One file is one step. Each file is unpickled safely (:mod:`rollaudit._unpickle`),
+reduced to its audit columns at once, and dropped: token lists never outlive
+the file they came from, so memory does not grow with the number of files.
+
+Rollout dump (``--save-debug-rollout-data``, ``D/rollout_data/<id>.pt``)
+  ``{"rollout_id": int, "samples": [dict, ...]}``. Columns: ``step`` = the
+  file's ``rollout_id``, ``position`` = the sample's place in ``samples``,
+  ``prompt`` = ``group_index``, ``trajectory`` = the sample's ``rollout_id``
+  (else its own ``index``), ``reward`` (``reward[reward_key]`` for dict
+  rewards), ``status``, ``response_length``; passed through: ``index``,
+  ``remove_sample`` and ``split`` (``eval`` for ``eval_<id>`` file names).
+
+Train dump (``--save-debug-train-data``, ``D/train_data/<id>_<rank>.pt``)
+  format_version 2. Its samples join the rollout dump of the same step on
+  ``sample_index`` = ``index`` (``rollout_position`` = ``position`` when a
+  sample has no index); the trainer's normalized reward (``rewards``)
+  becomes ``recorded_advantage``. Rollout samples the trainer dropped keep a
+  null recorded advantage.
+
+Whole runs: ``reduce_file`` reads one dump into a small table (a rollout
+dump's canonical table, or a train dump's join keys and recorded
+advantages), which worker processes, Ray tasks and the cache pass around;
+``combine`` pairs the train dumps with the rollout dumps of their step from
+those tables alone. Pairing after the reduction needs no file read twice:
+the step lives inside each file, not in its name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .._errors import InputError, RollauditWarning
+from .._table import RECORDED_ADVANTAGE, REWARD, make_table
+from .base import Format
+from .torch_zip import TorchArchive, is_torch_zip
+from .unpickle import StoredTensor
+
+if TYPE_CHECKING:
+    from .options import LoadOptions
+
+SUFFIXES = (".pt", ".pth")
+TRAIN_DUMP_VERSION = 2
+# Recorded per-token advantages are float32 copies of a float64 scalar: they agree to about 1e-7.
+ADVANTAGE_TOLERANCE = 1e-5
+_POSITIONS_SHOWN = 5
+_KEYS_SHOWN = 10
+_INT64_MAX = (1 << 63) - 1
+_EVAL_NAME = re.compile(r"(?:^|_)eval_\d+$")
+_PROMPT_KEYS_REQUIRED = "prompt keys are required when groups are not uniformly sized"
+_LAYOUT = "slime's {'rollout_id': int, 'samples': [dict, ...]}"
+
+
+def is_eval_dump(path: str | os.PathLike) -> bool:
+    """slime names evaluation dumps with ``eval_`` before the id (``eval_3.pt``, ``rollout_eval_3.pt``)."""
+    return bool(_EVAL_NAME.search(Path(path).stem))
+
+
+def detect(path: Path) -> bool:
+    """A torch.save zip, or a ``.pt`` file (so that a damaged one gets the slime reader's precise error)."""
+    return path.suffix in SUFFIXES or is_torch_zip(path)
+
+
+def expand_directory(directory: Path) -> list[Path] | None:
+    """The dumps of a slime directory (any order; the caller sorts them), or None when it holds none.
+
+    A ``--dump-details D`` directory gives ``D/rollout_data/*.pt`` and
+    ``D/train_data/*.pt`` (the rest of D is tokenizer files, dashboards, ...).
+    Any other directory gives its own ``.pt`` files. Eval dumps beside
+    training dumps are left out with a warning: their steps would collide.
+    """
+    folders = [directory / "rollout_data", directory / "train_data"]
+    if not any(folder.is_dir() for folder in folders):
+        folders = [directory]
+    files = [
+        path
+        for folder in folders
+        if folder.is_dir()
+        for path in folder.iterdir()
+        if path.suffix in SUFFIXES and path.is_file() and not path.name.startswith(".")
+    ]
+    if not files:
+        return None
+    evals = [path for path in files if is_eval_dump(path)]
+    if evals and len(evals) < len(files):
+        warnings.warn(
+            f"{directory}: left out {len(evals)} eval dumps (eval_<id>.pt) beside the training dumps; "
+            "load them on their own to audit evaluation",
+            RollauditWarning,
+            stacklevel=3,
+        )
+        files = [path for path in files if not is_eval_dump(path)]
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Field readers: each checks one value of the untrusted pickle and names the sample when it is wrong.
+
+
+def _type_name(value: Any) -> str:
+    return getattr(type(value), "global_name", None) or type(value).__name__
+
+
+def _int_text(value: int) -> str:
+    """An int from the file for a message: its digits, unless there are too many to print (Python refuses
+    past 4300 digits, and a message must stay one short line)."""
+    return str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+
+
+def _shown(value: Any) -> str:
+    """A dict key from the file for a message, never long and never recursing into nested values."""
+    if type(value) in (str, bytes):
+        return repr(value[:40])
+    if type(value) is int:
+        return _int_text(value)
+    if type(value) in (float, bool) or value is None:
+        return repr(value)
+    return f"<{_type_name(value)}>"
+
+
+def _text(value: Any) -> str | None:
+    """A string field (status) as UTF-8 text; None when it is not a string. Pickled strings may hold lone
+    surrogates, which Arrow cannot store: they become U+FFFD."""
+    if type(value) is not str:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
+def _optional_int(sample: dict, name: str, path: Path, position: int) -> int | None:
+    value = sample.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
+        found = f"is {_int_text(value)}" if type(value) is int else f"is a {_type_name(value)}"
+        raise InputError(found, file=str(path), field=name, row=position, expected="an int64 or None")
+    return value
+
+
+def _step(top: dict, path: Path) -> int:
+    value = top.get("rollout_id")
+    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
+        found = "missing" if "rollout_id" not in top else f"a {_type_name(value)}"
+        raise InputError(f"rollout_id is {found}", file=str(path), field="rollout_id", expected=f"an int ({_LAYOUT})")
+    return value
+
+
+def _samples(top: dict, path: Path) -> list:
+    samples = top.get("samples")
+    if not isinstance(samples, (list, tuple)):
+        found = "no 'samples'" if "samples" not in top else f"'samples' as a {_type_name(samples)}"
+        raise InputError(f"the dump has {found}", file=str(path), field="samples", expected=_LAYOUT)
+    for position, sample in enumerate(samples):
+        if type(sample) is not dict:
+            raise InputError(
+                f"sample is a {_type_name(sample)}", file=str(path), row=position, expected="a dict of Sample fields"
+            )
+    return samples
+
+
+def _number(value: Any) -> float | None:
+    """A float from a Python number or a one-element tensor; None when it is neither."""
+    if type(value) in (float, int, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, StoredTensor) and value.numel == 1 and value.dtype != "bfloat16":
+        return float(value.numpy().reshape(-1)[0].real)
+    return None
+
+
+def _key_list(mapping: dict) -> str:
+    keys = [_shown(key) for key in list(mapping)[:_KEYS_SHOWN]]
+    more = len(mapping) - len(keys)
+    return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
+
+
+def _reward(sample: dict, reward_key: str | None, path: Path, position: int) -> float:
+    """The sample's raw reward; NaN for None (reported with the non-finite ones)."""
+    if "reward" not in sample:
+        raise InputError("sample has no reward", file=str(path), field="reward", row=position, expected="a reward key")
+    value = sample["reward"]
+    if type(value) is dict:
+        if reward_key is None:
+            raise InputError(
+                f"reward is a dict with keys {_key_list(value)}",
+                file=str(path),
+                field="reward",
+                row=position,
+                expected="reward_key naming the key slime trained on (its --reward-key)",
+            )
+        if reward_key not in value:
+            raise InputError(
+                f"reward has no key {reward_key!r}; its keys: {_key_list(value)}",
+                file=str(path),
+                field="reward",
+                row=position,
+                expected="reward_key naming one of the reward dict's keys",
+            )
+        value = value[reward_key]
+    if value is None:
+        return math.nan
+    number = _number(value)
+    if number is None:
+        where = f"reward[{reward_key!r}]" if type(sample["reward"]) is dict else "reward"
+        raise InputError(
+            f"{where} is a {_type_name(value)}", file=str(path), field="reward", row=position, expected="a float"
+        )
+    return number
+
+
+def _warn_non_finite(path: Path, positions: list[int]) -> None:
+    if not positions:
+        return
+    shown = ", ".join(str(position) for position in positions[:_POSITIONS_SHOWN])
+    more = ", ..." if len(positions) > _POSITIONS_SHOWN else ""
+    noun = "sample has" if len(positions) == 1 else "samples have"
+    warnings.warn(
+        f"{path}: {len(positions)} {noun} a NaN, infinite or None reward (positions {shown}{more}); "
+        "kept as they are and reported by the audit",
+        RollauditWarning,
+        stacklevel=4,
+    )
+
+
+def _prompt_keys(group_index: list[int | None], n_samples_per_prompt: int | None, path: Path) -> list[int | None]:
+    """slime PR #2204's identity rules: every key, or none and slices of n, never a guess."""
+    missing = [position for position, key in enumerate(group_index) if key is None]
+    if not missing:
+        return group_index
+    count = len(group_index)
+    if len(missing) < count:
+        raise InputError(
+            "sample has no group_index while others have one",
+            file=str(path),
+            field="group_index",
+            row=missing[0],
+            expected="a group_index on every sample, or on none",
+        )
+    n = n_samples_per_prompt
+    if n is None:
+        raise InputError(
+            f"no sample has a group_index: {_PROMPT_KEYS_REQUIRED}",
+            file=str(path),
+            field="group_index",
+            expected=f"group_index keys, or n_samples_per_prompt when every prompt has n of the {count} samples",
+        )
+    if count % n:
+        raise InputError(
+            f"no sample has a group_index and {count} samples are not slices of n_samples_per_prompt={n}: "
+            f"{_PROMPT_KEYS_REQUIRED}",
+            file=str(path),
+            field="group_index",
+            expected="group_index keys",
+        )
+    return [position // n for position in range(count)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One file.
+
+
+@dataclass
+class RolloutStep:
+    """A rollout dump reduced to its canonical table."""
+
+    path: Path
+    step: int
+    split: str
+    table: pa.Table
+
+
+@dataclass
+class TrainStep:
+    """A train dump reduced to its join keys and recorded advantages."""
+
+    path: Path
+    step: int
+    sample_index: list[int | None] = field(default_factory=list)
+    rollout_position: list[int | None] = field(default_factory=list)
+    advantage: list[float] = field(default_factory=list)
+    raw_reward: list[float] | None = None
+
+
+def read_dump(path: Path, options: LoadOptions) -> RolloutStep | TrainStep:
+    """Read one slime dump: a rollout dump or a train dump, told apart by content."""
+    with TorchArchive(path) as archive:
+        top = archive.unpickle(lazy_tensors=True)
+        if type(top) is not dict:
+            raise InputError(f"the pickle holds a {_type_name(top)}", file=str(path), expected=_LAYOUT)
+        if "format_version" in top or "rollout_data" in top:
+            return _train_step(path, top)
+        return _rollout_step(path, top, options)
+
+
+def _rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
+    step = _step(top, path)
+    samples = _samples(top, path)
+    group_index, index, trajectory, rewards, status, response_length, remove_sample = [], [], [], [], [], [], []
+    non_finite = []
+    for position, sample in enumerate(samples):
+        group_index.append(_optional_int(sample, "group_index", path, position))
+        own_index = _optional_int(sample, "index", path, position)
+        index.append(own_index)
+        rollout_id = _optional_int(sample, "rollout_id", path, position)
+        trajectory.append(own_index if rollout_id is None else rollout_id)
+        reward = _reward(sample, options.reward_key, path, position)
+        if not math.isfinite(reward):
+            non_finite.append(position)
+        rewards.append(reward)
+        # An enum from an old slime arrives as a placeholder: no status.
+        status.append(_text(sample.get("status")))
+        response_length.append(_optional_int(sample, "response_length", path, position))
+        removed = sample.get("remove_sample")
+        remove_sample.append(bool(removed) if type(removed) in (bool, int) else None)
+    prompts = _prompt_keys(group_index, options.n_samples_per_prompt, path)
+    _warn_non_finite(path, non_finite)
+    split = "eval" if is_eval_dump(path) else "train"
+    count = len(samples)
+    table = make_table(
+        reward=pa.array(rewards, pa.float64()),
+        prompt=pa.array(prompts, pa.int64()),
+        trajectory=pa.array(trajectory, pa.int64()),
+        step=pa.array([step] * count, pa.int64()),
+        position=pa.array(range(count), pa.int64()),
+        status=pa.array(status, pa.string()),
+        response_length=pa.array(response_length, pa.int64()),
+        index=pa.array(index, pa.int64()),
+        remove_sample=pa.array(remove_sample, pa.bool_()),
+        split=pa.array([split] * count, pa.string()),
+    )
+    return RolloutStep(path=path, step=step, split=split, table=table)
+
+
+def _as_array(value: Any) -> Any:
+    """Per-token values as a numpy array (tensors read from the zip now), or None when not numbers."""
+    import numpy as np
+
+    if isinstance(value, StoredTensor):
+        if value.dtype == "bfloat16":
+            return value.torch().float().numpy()
+        return value.numpy()
+    if isinstance(value, (list, tuple)):
+        try:
+            return np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):  # not numbers, ragged or too deep, an int past float
+            return None
+    return None
+
+
+VARIES, DIFFERS = "varies", "differs"
+
+
+def _compare_tokens(advantages: Any, loss_masks: Any, advantage: float) -> str | None:
+    """Check a sample's per-token advantages against its scalar: None when they agree."""
+    values = _as_array(advantages)
+    if values is None or not math.isfinite(advantage):
+        return None
+    values = values.reshape(-1)
+    masks = _as_array(loss_masks)
+    if masks is not None and masks.size == values.size:
+        values = values[masks.reshape(-1) != 0]
+    if values.size == 0:
+        return None
+    low, high = float(values.min()), float(values.max())
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    tolerance = ADVANTAGE_TOLERANCE * max(1.0, abs(advantage))
+    if high - low > tolerance:
+        return VARIES
+    if abs(low - advantage) > tolerance:
+        return DIFFERS
+    return None
+
+
+def _train_step(path: Path, top: dict) -> TrainStep:
+    if "samples" not in top and "rollout_data" in top:
+        raise InputError(
+            "a train dump of slime's first layout (rollout_data, no samples)",
+            file=str(path),
+            expected=f"format_version {TRAIN_DUMP_VERSION} (current --save-debug-train-data)",
+        )
+    version = top.get("format_version")
+    if version != TRAIN_DUMP_VERSION or type(version) is not int:
+        raise InputError(
+            f"train dump format_version is {_type_name(version) if type(version) is not int else version}",
+            file=str(path),
+            field="format_version",
+            expected=str(TRAIN_DUMP_VERSION),
+        )
+    train = TrainStep(path=path, step=_step(top, path))
+    verdicts = {VARIES: 0, DIFFERS: 0}
+    for position, sample in enumerate(_samples(top, path)):
+        sample_index = _optional_int(sample, "sample_index", path, position)
+        rollout_position = _optional_int(sample, "rollout_position", path, position)
+        if sample_index is None and rollout_position is None:
+            raise InputError(
+                "train sample has neither sample_index nor rollout_position",
+                file=str(path),
+                field="sample_index",
+                row=position,
+                expected="the key that joins it to the rollout dump",
+            )
+        if "rewards" not in sample:
+            raise InputError(
+                "train sample has no rewards",
+                file=str(path),
+                field="rewards",
+                row=position,
+                expected="the normalized reward the trainer used",
+            )
+        advantage = _number(sample["rewards"])
+        if advantage is None:
+            raise InputError(
+                f"rewards is a {_type_name(sample['rewards'])}",
+                file=str(path),
+                field="rewards",
+                row=position,
+                expected="a float (the normalized reward)",
+            )
+        verdict = _compare_tokens(sample.get("advantages"), sample.get("loss_masks"), advantage)
+        if verdict is not None:
+            verdicts[verdict] += 1
+        train.sample_index.append(sample_index)
+        train.rollout_position.append(rollout_position)
+        train.advantage.append(advantage)
+    raw = top.get("raw_reward")
+    if isinstance(raw, (list, tuple)):
+        numbers = [_number(value) for value in raw]
+        train.raw_reward = None if None in numbers else numbers
+    _warn_token_verdicts(path, verdicts)
+    return train
+
+
+def _warn_token_verdicts(path: Path, verdicts: dict[str, int]) -> None:
+    if verdicts[VARIES]:
+        warnings.warn(
+            f"{path}: recorded advantages vary within a sample: not an outcome scheme (KL in reward or GAE) "
+            f"({verdicts[VARIES]} samples); recorded_advantage carries the normalized reward 'rewards'",
+            RollauditWarning,
+            stacklevel=4,
+        )
+    if verdicts[DIFFERS]:
+        warnings.warn(
+            f"{path}: per-token advantages differ from the normalized reward 'rewards' on {verdicts[DIFFERS]} "
+            "samples (advantages whitened after normalization?); recorded_advantage carries 'rewards'",
+            RollauditWarning,
+            stacklevel=4,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Several files: one table per step, train dumps joined to their rollout dumps.
+
+
+def _expected_rollout_path(train_path: Path, step: int) -> str:
+    if train_path.parent.name == "train_data":
+        return str(train_path.parent.parent / "rollout_data" / f"{step}.pt")
+    return f"the rollout dump of step {step} (--save-debug-rollout-data)"
+
+
+def _join(rollout: RolloutStep, trains: list[TrainStep]) -> pa.Table:
+    table = rollout.table
+    rows = table.num_rows
+    row_of_index: dict[int, int] = {}
+    repeated: set[int] = set()
+    for row, value in enumerate(table.column("index").to_pylist()):
+        if value is not None:
+            if value in row_of_index:
+                repeated.add(value)
+            row_of_index[value] = row
+    recorded: list[float | None] = [None] * rows
+    for train in trains:
+        for position, (sample_index, rollout_position, advantage) in enumerate(
+            zip(train.sample_index, train.rollout_position, train.advantage, strict=True)
+        ):
+            row = _join_row(train, position, sample_index, rollout_position, row_of_index, repeated, rows, rollout)
+            if recorded[row] is not None:
+                raise InputError(
+                    f"two train samples join rollout sample {row} of {rollout.path}",
+                    file=str(train.path),
+                    row=position,
+                    expected="each rollout sample trained at most once per step",
+                )
+            recorded[row] = advantage
+        _check_raw_rewards(train, table)
+    return table.set_column(
+        table.column_names.index(RECORDED_ADVANTAGE), RECORDED_ADVANTAGE, pa.array(recorded, pa.float64())
+    )
+
+
+def _join_row(
+    train: TrainStep,
+    position: int,
+    sample_index: int | None,
+    rollout_position: int | None,
+    row_of_index: dict[int, int],
+    repeated: set[int],
+    rows: int,
+    rollout: RolloutStep,
+) -> int:
+    if sample_index is not None:
+        if sample_index in repeated:
+            raise InputError(
+                f"sample_index {sample_index} is the index of several samples of {rollout.path}",
+                file=str(train.path),
+                row=position,
+                expected="unique sample indexes to join on",
+            )
+        row = row_of_index.get(sample_index)
+        if row is None:
+            raise InputError(
+                f"sample_index {sample_index} is the index of no sample of {rollout.path}",
+                file=str(train.path),
+                row=position,
+                expected="train and rollout dumps of the same run and step",
+            )
+        return row
+    if rollout_position is None or not 0 <= rollout_position < rows:
+        raise InputError(
+            f"rollout_position {rollout_position} is outside the {rows} samples of {rollout.path}",
+            file=str(train.path),
+            row=position,
+            expected="train and rollout dumps of the same run and step",
+        )
+    return rollout_position
+
+
+def _check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
+    """raw_reward covers the whole rollout batch: a mismatch usually means the wrong reward_key."""
+    raw = train.raw_reward
+    if raw is None or len(raw) != table.num_rows:
+        return
+    rewards = table.column(REWARD).to_pylist()
+    differ = sum(
+        1
+        for ours, theirs in zip(rewards, raw, strict=True)
+        if math.isfinite(ours) and math.isfinite(theirs) and abs(ours - theirs) > 1e-6 * max(1.0, abs(theirs))
+    )
+    if differ:
+        warnings.warn(
+            f"{train.path}: raw_reward differs from the rollout dump's rewards on {differ} samples "
+            "(a different reward_key, or rewards changed after the rollout?)",
+            RollauditWarning,
+            stacklevel=4,
+        )
+
+
+def _check_one_kind(rollouts: list[RolloutStep]) -> None:
+    splits = {rollout.split: rollout.path for rollout in rollouts}
+    if len(splits) > 1:
+        raise InputError(
+            f"the load mixes training dumps ({splits['train']}) and eval dumps ({splits['eval']}), "
+            "whose steps would collide",
+            expected="one kind per load: the eval_<id>.pt files on their own",
+        )
+    seen: dict[int, Path] = {}
+    for rollout in rollouts:
+        if rollout.step in seen:
+            raise InputError(
+                f"two rollout dumps of step {rollout.step}: {seen[rollout.step]} and {rollout.path}",
+                expected="one rollout dump per step",
+            )
+        seen[rollout.step] = rollout.path
+
+
+# A reduced file's table says what it is in its schema metadata (kept by Parquet, so by the cache).
+_KIND, _STEP, _SPLIT, _RAW_REWARD = (b"rollaudit.slime." + name for name in (b"kind", b"step", b"split", b"raw_reward"))
+_SAMPLE_INDEX, _ROLLOUT_POSITION = "sample_index", "rollout_position"
+
+
+def read(path: Path, options: LoadOptions) -> pa.Table:
+    """One dump to a table that outlives it: a rollout dump's canonical table, or a train dump's ``sample_index``,
+    ``rollout_position`` and ``recorded_advantage`` columns (``raw_reward`` in the metadata)."""
+    part = read_dump(path, options)
+    if isinstance(part, RolloutStep):
+        metadata = {_KIND: b"rollout", _STEP: str(part.step).encode(), _SPLIT: part.split.encode()}
+        return part.table.replace_schema_metadata(metadata)
+    table = pa.table(
+        {
+            _SAMPLE_INDEX: pa.array(part.sample_index, pa.int64()),
+            _ROLLOUT_POSITION: pa.array(part.rollout_position, pa.int64()),
+            RECORDED_ADVANTAGE: pa.array(part.advantage, pa.float64()),
+        }
+    )
+    metadata = {_KIND: b"train", _STEP: str(part.step).encode(), _RAW_REWARD: json.dumps(part.raw_reward).encode()}
+    return table.replace_schema_metadata(metadata)
+
+
+def _from_reduced(path: Path, table: pa.Table) -> RolloutStep | TrainStep:
+    metadata = table.schema.metadata or {}
+    step = int(metadata[_STEP])
+    if metadata[_KIND] == b"rollout":
+        return RolloutStep(path=path, step=step, split=metadata[_SPLIT].decode(), table=table.replace_schema_metadata())
+    return TrainStep(
+        path=path,
+        step=step,
+        sample_index=table.column(_SAMPLE_INDEX).to_pylist(),
+        rollout_position=table.column(_ROLLOUT_POSITION).to_pylist(),
+        advantage=table.column(RECORDED_ADVANTAGE).to_pylist(),
+        raw_reward=json.loads(metadata[_RAW_REWARD]),
+    )
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """The reduced tables of slime dumps (any order) to one canonical table per step, train dumps joined."""
+    rollouts: list[RolloutStep] = []
+    trains: dict[int, list[TrainStep]] = {}
+    for path, table in zip(paths, reduced, strict=True):
+        part = _from_reduced(path, table)
+        if isinstance(part, TrainStep):
+            trains.setdefault(part.step, []).append(part)
+        else:
+            rollouts.append(part)
+    _check_one_kind(rollouts)
+    by_step = {rollout.step: rollout for rollout in rollouts if rollout.split == "train"}
+    for step, parts in trains.items():
+        if step not in by_step:
+            raise InputError(
+                f"train dump of step {step} has no rollout dump of the same step: "
+                f"missing {_expected_rollout_path(parts[0].path, step)}",
+                file=str(parts[0].path),
+                expected="the rollout dump of every train dump's step (train dumps hold no prompt keys)",
+            )
+    return [
+        _join(rollout, trains[rollout.step]) if rollout.split == "train" and rollout.step in trains else rollout.table
+        for rollout in rollouts
+    ]
+
+
+LOADER = Format(
+    name="slime",
+    description="torch.save .pt zips of rollout and train dumps",
+    detect=detect,
+    read=read,
+    combine=combine,
+    expand_directory=expand_directory,
+)

@@ -1,0 +1,416 @@
+"""Reading tables from files: content sniffing and pyarrow's readers, every failure one line naming the file.
+
+Parquet, Arrow IPC/Feather (file and stream), JSON Lines and CSV, told apart
+by their first bytes (never by their names). pyarrow does the reading (C++,
+multithreaded); this module bounds what a file may declare (rows per byte),
+checks what pyarrow passes on unchecked (UTF-8, offsets, column names) and
+turns its errors into one :class:`~rollaudit.InputError` line that names the
+file and, for JSON Lines, the line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .._errors import InputError
+
+HEAD_BYTES = 1 << 16
+# pyarrow parses JSON in blocks that must hold whole lines; verl lines carry whole decoded trajectories.
+_JSON_BLOCK_BYTES = 1 << 24
+_MAX_BLOCK_BYTES = (1 << 31) - 1
+_FIRST_LINE_LIMIT = 1 << 22  # a verl line holds a whole decoded prompt and response: allow 4 MiB
+_MESSAGE_CHARS = 160
+# A real table spends at least a byte a row (rewards, positions, keys); a hostile one can spend a bit per billion.
+_ROWS_PER_BYTE = 16
+_FREE_ROWS = 1 << 20
+_ARROW_FILE_MAGIC = b"ARROW1"
+_FEATHER_V1_MAGIC = b"FEA1"
+_PARQUET_MAGIC = b"PAR1"
+_IPC_CONTINUATION = b"\xff\xff\xff\xff"
+BOM = b"\xef\xbb\xbf"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sniffing: what a file holds, from its first bytes.
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes | None:
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(size)
+    except OSError:
+        return None
+
+
+def sniff(path: Path) -> str | None:
+    """``parquet``, ``arrow`` (IPC file / Feather), ``arrow-stream``, ``jsonl``, ``csv``, ``empty``, or None."""
+    head = read_head(path)
+    if head is None:
+        return None
+    if head.startswith(_PARQUET_MAGIC):
+        return "parquet"
+    if head.startswith(_ARROW_FILE_MAGIC) or head.startswith(_FEATHER_V1_MAGIC):
+        return "arrow"
+    if head.startswith(_IPC_CONTINUATION) and len(head) >= 8:
+        return "arrow-stream"
+    text = head.removeprefix(BOM)
+    if not text.strip():
+        return "empty"
+    if b"\x00" in text:
+        return None
+    if text.lstrip().startswith(b"{"):
+        line = _first_line(path)
+        if line is None:
+            return "jsonl"  # a first line longer than the sniff limit: the reader will judge it
+        try:
+            return "jsonl" if type(json.loads(line)) is dict else None
+        except ValueError:
+            return None
+    if text.lstrip()[:1] in (b"[", b"{"):
+        return None  # JSON that is not one object a line (a JSON array): no table rollaudit reads
+    return "csv" if csv_delimiter(text) is not None else None
+
+
+def _first_line(path: Path) -> bytes | None:
+    """The first non-blank line, or None when it is longer than the sniff limit."""
+    try:
+        with open(path, "rb") as stream:
+            for _ in range(64):
+                line = stream.readline(_FIRST_LINE_LIMIT)
+                if not line:
+                    return b""
+                if line.strip():
+                    if len(line) >= _FIRST_LINE_LIMIT and not line.endswith(b"\n"):
+                        return None
+                    return line.removeprefix(BOM)
+    except OSError:
+        return b""
+    return b""
+
+
+def first_json_object(path: Path) -> dict | None:
+    """The first line of a JSON Lines file as a dict, or None when it is not one."""
+    line = _first_line(path)
+    if not line:
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if type(value) is dict else None
+
+
+def csv_delimiter(head: bytes) -> str | None:
+    """``,`` or a tab when the first line is a header of two or more fields, else None."""
+    end = head.find(b"\n")
+    line = head if end < 0 else head[:end]
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        if end >= 0:
+            return None
+        text = line.decode("utf-8", errors="ignore")  # a header cut in the middle of a character
+    delimiter = "\t" if text.count("\t") > text.count(",") else ","
+    try:
+        fields = next(csv.reader([text.rstrip("\r")], delimiter=delimiter), [])
+    except csv.Error:  # a carriage return inside the line, a NUL: not a CSV header
+        return None
+    return delimiter if len(fields) >= 2 and all(field.strip() for field in fields) else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading: pyarrow's readers (C++, multithreaded), their errors as one line naming the file and the line.
+
+
+def short(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
+
+
+def check_not_empty(path: Path) -> None:
+    """InputError for an empty (or whitespace-only) file."""
+    head = read_head(path, 4096)
+    if head is None:
+        raise InputError("cannot open the file", file=str(path))
+    if not head.removeprefix(BOM).strip() and (len(head) < 4096 or not _has_content(path)):
+        raise InputError("empty file", file=str(path), expected="rollouts, one row per sample")
+
+
+def _has_content(path: Path) -> bool:
+    with open(path, "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            if chunk.strip():
+                return True
+    return False
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+_KIND_OF_TYPE = {"double": "number", "int64": "number", "string": "string", "bool": "boolean"}
+
+
+def _locate_json_problem(path: Path, field: str | None, expected_kind: str | None) -> str | None:
+    """The first line that explains a pyarrow JSON error (read again in Python: only on the error path)."""
+    seen_kind = expected_kind
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as error:
+                return f"line {number} is not valid JSON: {error.msg.removesuffix(' at')} (column {error.colno})"
+            except ValueError:
+                return f"line {number} is not valid JSON: not UTF-8 text"
+            if type(value) is not dict:
+                return f"line {number} is {_a(_json_kind(value))}, not a JSON object"
+            if field is None or value.get(field) is None:
+                continue
+            kind = _json_kind(value[field])
+            if seen_kind is None:
+                seen_kind = kind
+            elif kind != seen_kind:
+                return f"line {number} has {field!r} as {_a(kind)} where {_a(seen_kind)} was expected"
+    return None
+
+
+# A line whose first character (after blanks) does not open an object. JSON text holds no raw newline, so lines are
+# exactly the values; the pattern starts with a literal newline, which the regex engine finds at memchr speed.
+_NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*+[^{ \t\r\n]")
+_FIRST_NOT_AN_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*+[^{ \t\r\n]")
+
+
+def _check_objects(path: Path) -> None:
+    """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
+    crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
+    import mmap
+
+    try:
+        with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            match = _FIRST_NOT_AN_OBJECT.match(data) or _NOT_AN_OBJECT.search(data)
+            if match is None:
+                return
+            line = data[: match.end() - 1].count(b"\n") + 1
+    except (OSError, ValueError):  # an empty file cannot be mapped; the reader reports it
+        return
+    located = _locate_json_problem(path, None, None)
+    raise InputError(
+        located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
+    )
+
+
+def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
+    """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field."""
+    import pyarrow.json as pa_json
+
+    _check_objects(path)
+    parse_options = (
+        pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+        if schema is not None
+        else pa_json.ParseOptions()
+    )
+    block_size = _JSON_BLOCK_BYTES
+    while True:
+        try:
+            read_options = pa_json.ReadOptions(block_size=block_size)
+            table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
+        except pa.ArrowException as error:  # ArrowCapacityError too: a string column past 2 GiB
+            # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
+            if "straddl" in str(error) and block_size < path.stat().st_size:
+                block_size = min(block_size * 8, path.stat().st_size + 1, _MAX_BLOCK_BYTES)
+                if block_size > _JSON_BLOCK_BYTES:
+                    continue
+            raise json_error(path, error, schema) from None
+        except OSError as error:
+            raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
+        return check_values(table, path, json_lines=True)
+
+
+def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa.Table:
+    """``table``, once every value is checked well-formed: pyarrow's JSON, Parquet and IPC readers pass on invalid
+    UTF-8 (and an IPC file's offsets) as they are, and such a value would fail later, far from the file."""
+    check_names(table.schema, path)
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        try:
+            column.validate(full=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            located = _locate_json_problem(path, None, None) if json_lines else None
+            raise InputError(
+                located or f"holds damaged values: {short(error)}",
+                file=str(path),
+                field=None if located else name,
+                expected="UTF-8 text and well-formed values",
+            ) from None
+    return table
+
+
+def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
+    """``schema``, once its column names (nested field names too) are checked to be UTF-8 (pyarrow decodes a name
+    only when it is asked for, and a damaged one would raise UnicodeDecodeError there) and distinct."""
+    pending = list(schema)
+    try:
+        while pending:
+            field = pending.pop()
+            _ = field.name
+            kind = field.type
+            if pa.types.is_dictionary(kind):
+                pending.append(pa.field("values", kind.value_type))
+            pending.extend(kind.field(index) for index in range(kind.num_fields))
+    except UnicodeDecodeError:
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise InputError(f"two columns are named {name[:60]!r}", file=str(path), expected="one column per name")
+        seen.add(name)
+    return schema
+
+
+def json_error(path: Path, error: BaseException, schema: pa.Schema | None = None) -> InputError:
+    """One line for a pyarrow JSON error; its row numbers count within a block, so the line is found again."""
+    match = re.search(r"Column\(/([^/)]*)", str(error))
+    field = match.group(1) if match else None
+    expected_kind = None
+    if field is not None and schema is not None and field in schema.names:
+        expected_kind = _KIND_OF_TYPE.get(str(schema.field(field).type))
+    located = _locate_json_problem(path, field, expected_kind)
+    message = located or re.sub(r"\s*in row \d+\s*$", "", short(error))
+    expected = "one type per field on every line" if field else "JSON Lines: one JSON object per line"
+    return InputError(message, file=str(path), field=field, expected=expected)
+
+
+def read_csv(path: Path, delimiter: str) -> pa.Table:
+    """A CSV (or tab-separated) file as a table."""
+    import pyarrow.csv as pa_csv
+
+    try:
+        table = pa_csv.read_csv(
+            path,
+            parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+            # A blank cell is a missing value in every column: a missing key or status, not an empty string.
+            convert_options=pa_csv.ConvertOptions(strings_can_be_null=True),
+        )
+    except pa.ArrowException as error:
+        located = _locate_csv_problem(path, delimiter)
+        raise InputError(
+            located or short(error).replace("CSV parse error: ", ""),
+            file=str(path),
+            expected="CSV with the header's number of fields on every line",
+        ) from None
+    except OSError as error:
+        raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
+    return check_values(table, path)
+
+
+def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
+    with open(path, newline="", encoding="utf-8", errors="replace") as stream:
+        reader = csv.reader(stream, delimiter=delimiter)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return None
+            for row in reader:
+                if row and len(row) != len(header):
+                    return f"line {reader.line_num} has {len(row)} fields where the header has {len(header)}"
+        except csv.Error as error:
+            return f"line {reader.line_num} is not CSV: {error}"
+    return None
+
+
+def arrow_schema(path: Path, kind: str) -> pa.Schema:
+    """The schema of a Parquet or Arrow file, read from its footer (no data); its names checked to be UTF-8."""
+    return check_names(_arrow_schema(path, kind), path)
+
+
+def _arrow_schema(path: Path, kind: str) -> pa.Schema:
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_schema(path)
+        if kind == "arrow-stream":
+            with pa.ipc.open_stream(path) as reader:
+                return reader.schema
+        if _is_feather_v1(path):
+            import pyarrow.feather as feather
+
+            return feather.read_table(path).schema  # legacy Feather v1 has no schema-only read
+        with pa.ipc.open_file(path) as reader:
+            return reader.schema
+    except (pa.ArrowException, OSError) as error:
+        raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {short(error)}", file=str(path)) from None
+    except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+
+
+def _is_feather_v1(path: Path) -> bool:
+    head = read_head(path, 4)
+    return head is not None and head.startswith(_FEATHER_V1_MAGIC)
+
+
+_KIND_NAMES = {"parquet": "Parquet", "arrow": "Arrow IPC/Feather", "arrow-stream": "an Arrow IPC stream"}
+
+
+def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
+    """The named columns of a Parquet or Arrow file (the others are never read)."""
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            with pq.ParquetFile(path) as parquet:  # a file, never a dataset: no partitions read from its path
+                check_rows(parquet.metadata.num_rows, path)
+                table = parquet.read(columns=columns)
+        elif kind == "arrow-stream":
+            with pa.ipc.open_stream(path) as reader:
+                table = reader.read_all().select(columns)
+        else:
+            import pyarrow.feather as feather
+
+            table = feather.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as error:  # ArrowMemoryError, ArrowCapacityError too: data that does not fit
+        raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {short(error)}", file=str(path)) from None
+    except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    check_rows(table.num_rows, path)
+    return check_values(table, path)
+
+
+def check_rows(rows: int, path: Path) -> None:
+    """Refuse more rows than the file can hold: Parquet's run-length encoding, and Arrow's null and run-end encoded
+    columns, let a few bytes declare billions of rows, which every canonical column would then allocate."""
+    limit = _ROWS_PER_BYTE * _file_size(path) + _FREE_ROWS
+    if rows > limit:
+        raise InputError(
+            f"declares {rows} rows in {_file_size(path)} bytes",
+            file=str(path),
+            expected=f"at most {_ROWS_PER_BYTE} rows per byte of file (beyond the first {_FREE_ROWS})",
+        )
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,296 @@
+"""``torch.save`` zip files opened for safe reading: the archive, its members, and what ``torch.load`` would give.
+
+A ``torch.save`` file is a zip holding ``<archive>/data.pkl`` (a pickle) and
+one member ``<archive>/data/<key>`` per tensor storage. :class:`TorchArchive`
+reads the pickle with :mod:`.unpickle`'s restricted unpickler and the
+storages' bytes from the zip. Sizes are bounded before anything is
+allocated: a member must lie inside the file, a stored member must store what
+it declares, ``data.pkl`` has a size limit, and all the storages read
+together cannot exceed the file. Every failure is an
+:class:`~rollaudit.InputError` (one line); nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import warnings
+import zipfile
+from typing import Any
+
+from .._errors import InputError, RollauditWarning
+from .unpickle import (
+    RestrictedUnpickler,
+    Storage,
+    WholeBuffer,
+    call_with_stack,
+    check_opcodes,
+    describe_unknown,
+    printable,
+)
+
+MAX_PICKLE_BYTES = 4 << 30
+"""Largest ``data.pkl`` read (4 GiB): slime dumps of thousands of agentic samples are hundreds of MB."""
+
+# Deflate cannot compress better than about 1032:1; a member declaring more is lying about its size.
+_MAX_DEFLATE_RATIO = 1100
+_INFLATE_CHUNK = 1 << 20
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_UTF8_NAME_FLAG = 0x800
+_ENCRYPTED_FLAG = 0x1
+_PICKLE_PROTOCOL_OPCODE = b"\x80"
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    text = printable(text, 160)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class TorchArchive:
+    """One ``torch.save`` zip file, opened for safe reading. Use as a context manager.
+
+    >>> with TorchArchive("sample_dumps/uniform.pt") as archive:   # doctest: +SKIP
+    ...     value = archive.unpickle()
+    """
+
+    def __init__(self, path: str | os.PathLike, *, max_pickle_bytes: int = MAX_PICKLE_BYTES) -> None:
+        self.path = os.fspath(path)
+        self.unknown_globals: list[str] = []
+        self.unknown_overflow = 0
+        self._max_pickle_bytes = max_pickle_bytes
+        self._storage_cache: dict[str, bytearray] = {}
+        self._storage_bytes_read = 0
+        self._file: Any = None
+        self._zip: zipfile.ZipFile | None = None
+        try:
+            self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
+            self.size = os.fstat(self._file.fileno()).st_size
+            self._open_zip()
+        except InputError:
+            self.close()
+            raise
+        except OSError as error:
+            self.close()
+            raise InputError(f"cannot read: {_short(error)}", file=self.path) from None
+
+    def _error(self, message: str, **where: Any) -> InputError:
+        return InputError(message, file=self.path, **where)
+
+    def _open_zip(self) -> None:
+        head = self._file.read(4)
+        self._file.seek(0)
+        if not head.startswith(_ZIP_MAGIC):
+            if head.startswith(_PICKLE_PROTOCOL_OPCODE):
+                raise self._error(
+                    "a legacy (pre-1.6, non-zip) torch file", expected="torch.save's zip format; re-save it with torch"
+                )
+            raise self._error("not a zip file", expected="a torch.save file (a zip holding data.pkl)")
+        try:
+            self._zip = zipfile.ZipFile(self._file)
+            members = self._zip.infolist()
+        except Exception as error:  # zipfile raises many types on damaged input
+            raise self._error(
+                f"truncated or damaged zip ({_short(error)})", expected="a complete torch.save file"
+            ) from None
+        pickles = [info for info in members if info.filename.endswith("/data.pkl") and info.filename.count("/") == 1]
+        if not pickles:
+            raise self._error("zip without a data.pkl member", expected="a torch.save file (<archive>/data.pkl)")
+        if len(pickles) > 1:
+            raise self._error("zip with several data.pkl members", expected="one torch.save archive")
+        self.pickle_member = pickles[0]
+        self.prefix = self.pickle_member.filename[: -len("/data.pkl")]
+        if self.pickle_member.file_size > self._max_pickle_bytes:
+            raise self._error(
+                f"data.pkl declares {self.pickle_member.file_size} bytes",
+                expected=f"at most {self._max_pickle_bytes} bytes",
+            )
+        self.big_endian = self._read_byteorder()
+
+    def _read_byteorder(self) -> bool:
+        try:
+            member = self._zip.getinfo(f"{self.prefix}/byteorder")
+        except KeyError:
+            return False  # files from before torch wrote a byteorder record are little-endian
+        if member.file_size > 16:
+            raise self._error("byteorder record is too long", expected="'little' or 'big'")
+        order = bytes(self._read_member(member, count_as_storage=False)).strip()
+        if order not in (b"little", b"big"):
+            raise self._error(f"byteorder record says {printable(repr(order))}", expected="'little' or 'big'")
+        return order == b"big"
+
+    def _check_member(self, member: zipfile.ZipInfo) -> None:
+        name = printable(member.filename)
+        if member.flag_bits & _ENCRYPTED_FLAG:
+            raise self._error(f"zip member {name} is encrypted")
+        if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise self._error(
+                f"zip member {name} uses compression method {member.compress_type}", expected="stored (as torch writes)"
+            )
+        if member.header_offset + _LOCAL_HEADER.size + member.compress_size > self.size:
+            raise self._error(f"zip member {name} runs past the end of the file", expected="a complete file")
+        if member.compress_type == zipfile.ZIP_STORED and member.file_size != member.compress_size:
+            raise self._error(
+                f"stored zip member {name} declares {member.file_size} bytes but stores {member.compress_size}"
+            )
+        if member.file_size > _MAX_DEFLATE_RATIO * max(member.compress_size, 1):
+            raise self._error(f"zip member {name} declares an impossible size of {member.file_size} bytes")
+
+    def _data_start(self, member: zipfile.ZipInfo) -> int:
+        """Where a stored member's bytes begin: after its local header, whose name must match the directory."""
+        self._file.seek(member.header_offset)
+        header = self._file.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size:
+            raise self._error(f"zip member {printable(member.filename)} has a truncated header")
+        fields = _LOCAL_HEADER.unpack(header)
+        signature, flags, name_length, extra_length = fields[0], fields[3], fields[10], fields[11]
+        if signature != _LOCAL_HEADER_SIGNATURE:
+            raise self._error(f"zip member {printable(member.filename)} has no local header")
+        name = self._file.read(name_length).decode("utf-8" if flags & _UTF8_NAME_FLAG else "cp437", "replace")
+        if name != member.orig_filename:
+            raise self._error(f"zip member {printable(member.filename)} has a different name in its local header")
+        start = member.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+        if start + member.compress_size > self.size:
+            raise self._error(f"zip member {printable(member.filename)} runs past the end of the file")
+        return start
+
+    def _read_member(self, member: zipfile.ZipInfo, *, count_as_storage: bool) -> bytearray:
+        self._check_member(member)
+        if count_as_storage:
+            # Legitimate storages are disjoint members: together they fit in the file. Overlapping
+            # members named by many keys would otherwise read the same bytes again and again.
+            self._storage_bytes_read += member.compress_size
+            if self._storage_bytes_read > self.size:
+                raise self._error("tensor storages add up to more bytes than the file holds")
+        try:
+            if member.compress_type == zipfile.ZIP_STORED:
+                buffer = bytearray(member.file_size)
+                self._file.seek(self._data_start(member))
+                view = memoryview(buffer)
+                filled = 0
+                while filled < member.file_size:
+                    count = self._file.readinto(view[filled:])
+                    if not count:
+                        raise self._error(f"zip member {printable(member.filename)} is truncated")
+                    filled += count
+                return buffer
+            # Inflate into one buffer of the declared size, a chunk at a time: no more memory than declared (and the
+            # declared size is at most _MAX_DEFLATE_RATIO times the compressed one), never a second copy.
+            buffer = bytearray(member.file_size)
+            view = memoryview(buffer)
+            filled = 0
+            with self._zip.open(member) as opened:
+                while filled < member.file_size:
+                    count = opened.readinto(view[filled : filled + _INFLATE_CHUNK])
+                    if not count:
+                        break
+                    filled += count
+            if filled != member.file_size:
+                raise self._error(f"zip member {printable(member.filename)} does not inflate to its declared size")
+            return buffer
+        except InputError:
+            raise
+        except Exception as error:
+            raise self._error(f"cannot read zip member {printable(member.filename)} ({_short(error)})") from None
+
+    def storage_member(self, key: str) -> zipfile.ZipInfo:
+        """The zip member of storage ``key`` (``<archive>/data/<key>``), checked."""
+        try:
+            member = self._zip.getinfo(f"{self.prefix}/data/{key}")
+        except KeyError:
+            raise self._error(f"the pickle names storage {key} but the zip has no member data/{key}") from None
+        self._check_member(member)
+        return member
+
+    def storage_bytes(self, storage: Storage) -> bytearray:
+        """The bytes of a storage, little-endian, read once per file."""
+        if self._zip is None:
+            raise self._error("the archive is closed; read tensors inside its 'with' block")
+        cached = self._storage_cache.get(storage.key)
+        if cached is not None:
+            return cached
+        buffer = self._read_member(storage.member, count_as_storage=True)
+        if len(buffer) != storage.member.file_size:
+            raise self._error(f"storage {storage.key} does not hold the size its zip entry declares")
+        if self.big_endian and storage.kind.itemsize > 1:
+            buffer = _swap_bytes(buffer, storage.kind.itemsize)
+        self._storage_cache[storage.key] = buffer
+        return buffer
+
+    def unpickle(self, *, lazy_tensors: bool = False, warn: bool = True) -> Any:
+        """The object ``torch.save`` wrote, rebuilt without running anything the file names.
+
+        Unknown globals become placeholders, listed in ``unknown_globals`` and, with
+        ``warn``, in one :class:`~rollaudit.RollauditWarning` line for the file.
+        """
+        if self._zip is None:
+            raise self._error("the archive is closed")
+        data = self._read_member(self.pickle_member, count_as_storage=False)
+        stream = WholeBuffer(data)
+        unpickler = RestrictedUnpickler(stream, self, lazy_tensors)
+        try:
+            value = call_with_stack(unpickler.load, check_opcodes(data))
+        except InputError:
+            raise
+        except Exception as error:  # the C unpickler raises many types on damaged or hostile input
+            raise self._error(
+                f"cannot unpickle data.pkl ({_short(error)})", expected="a pickle written by torch.save"
+            ) from None
+        finally:
+            stream.close()
+            unpickler.release()
+        self.unknown_globals = unpickler.unknown_globals
+        self.unknown_overflow = unpickler.unknown_overflow
+        if warn and (self.unknown_globals or self.unknown_overflow):
+            message = describe_unknown(self.unknown_globals, self.unknown_overflow)
+            warnings.warn(f"{self.path}: {message}", RollauditWarning, stacklevel=2)
+        return value
+
+    def close(self) -> None:
+        self._storage_cache.clear()
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> TorchArchive:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def _swap_bytes(buffer: bytearray, itemsize: int) -> bytearray:
+    """Big-endian storage bytes to little-endian (the byte order every supported host uses)."""
+    import numpy as np
+
+    values = np.frombuffer(buffer, dtype=np.uint8).reshape(-1, itemsize)[:, ::-1]
+    return bytearray(values.tobytes())
+
+
+def is_torch_zip(path: str | os.PathLike) -> bool:
+    """True for a zip holding one ``<archive>/data.pkl``: the ``torch.save`` layout (reads only the directory)."""
+    try:
+        with open(path, "rb") as file:
+            if not file.read(4).startswith(_ZIP_MAGIC):
+                return False
+            file.seek(0)
+            with zipfile.ZipFile(file) as archive:
+                return any(name.endswith("/data.pkl") and name.count("/") == 1 for name in archive.namelist())
+    except Exception:  # a damaged zip is simply not detected here; the reader reports it
+        return False
+
+
+def load_torch_file(path: str | os.PathLike, *, max_pickle_bytes: int = MAX_PICKLE_BYTES, warn: bool = True) -> Any:
+    """What ``torch.load(path)`` would give, tensors included, without running code named by the file.
+
+    Unknown classes come back as :class:`Placeholder` instances (one warning
+    line per file). Any damaged, truncated or hostile file raises
+    :class:`~rollaudit.InputError`.
+    """
+    with TorchArchive(path, max_pickle_bytes=max_pickle_bytes) as archive:
+        return archive.unpickle(lazy_tensors=False, warn=warn)

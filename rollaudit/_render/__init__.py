@@ -1,0 +1,6 @@
+"""Rendering: a Report (or a description, or a gate result) for people and machines.
+
+:mod:`.text` writes the numbers and sentences every renderer shares; :mod:`.terminal`, :mod:`.markdown` and
+:mod:`.json` lay out a compare report, chosen from :data:`.registry.COMPARE_RENDERERS`; :mod:`.gate` renders gate
+results (terminal, JSON, JUnit, GitHub); :mod:`.plots` draws the figures.
+"""

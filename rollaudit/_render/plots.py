@@ -1,0 +1,160 @@
+"""PNG figures of a Report (``rollaudit compare --plot DIR``): matplotlib, Agg, imported only when asked for.
+
+Each figure is a function ``... -> Figure`` (testable without a file) and
+``write_plots`` saves them atomically. Every PNG carries its title in its
+``Title`` text chunk, so a reader (or a test) can tell what it shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .._errors import UsageError
+from .._output import write_atomic
+from .text import HISTOGRAM_TITLES, percent
+
+if TYPE_CHECKING:
+    from .._audit.report import Report
+
+DPI = 100
+# A scatter of millions of points says no more than one of a few hundred thousand and takes far longer to draw.
+MAX_SCATTER_POINTS = 200_000
+FILES = {
+    "group_sizes": "group_sizes.png",
+    "advantage_scatter": "advantage_scatter.png",
+    "per_step": "per_step.png",
+}
+
+
+def group_sizes_figure(report: Report) -> Figure:
+    """The three group-size histograms as bar charts."""
+    names = list(HISTOGRAM_TITLES)
+    figure = Figure(figsize=(4 * len(names), 3.6), dpi=DPI, layout="constrained")
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    for axis, name in zip(axes, names, strict=True):
+        sizes = report.histograms.get(name, {})
+        label_of, group_of = HISTOGRAM_TITLES[name].split(" / ")
+        if sizes:
+            axis.bar([int(size) for size in sizes], list(sizes.values()), width=0.8, color="#4477aa")
+        else:
+            axis.text(0.5, 0.5, "no groups", ha="center", va="center", transform=axis.transAxes)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_title(f"{label_of} per {group_of}")
+        axis.set_xlabel(f"{label_of} per {group_of}")
+        axis.set_ylabel(f"{group_of}s" if not group_of.endswith("y") else f"{group_of[:-1]}ies")
+    figure.suptitle(f"Group sizes ({report.info.get('samples', 0):,} samples)")
+    return figure
+
+
+def _every_nth(values: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
+    step = max(1, math.ceil(len(values) / limit))
+    return values[::step], step
+
+
+def advantage_scatter_figure(report: Report, advantages: Mapping[str, np.ndarray]) -> Figure:
+    """Each scheme's advantage against the reference's, one panel per scheme other than the reference."""
+    reference = report.reference
+    others = [scheme for scheme in report.schemes if scheme != reference] or [reference]
+    columns = min(3, len(others))
+    rows = math.ceil(len(others) / columns)
+    figure = Figure(figsize=(4.2 * columns, 4 * rows), dpi=DPI, layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    x_all = np.asarray(advantages[reference], dtype=np.float64)
+    x, stride = _every_nth(x_all, MAX_SCATTER_POINTS)
+    for axis, scheme in zip(axes, others, strict=False):
+        y, _ = _every_nth(np.asarray(advantages[scheme], dtype=np.float64), MAX_SCATTER_POINTS)
+        axis.scatter(x, y, s=9, alpha=0.35, color="#cc6677", edgecolors="none", rasterized=True)
+        finite = np.concatenate([x[np.isfinite(x)], y[np.isfinite(y)]])
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+        pad = 0.05 * (high - low or 1.0)
+        axis.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", linewidth=0.8, linestyle="--")
+        axis.axhline(0, color="black", linewidth=0.5)
+        axis.axvline(0, color="black", linewidth=0.5)
+        flips = report.summary.loc[scheme, "sign_flip_rate"] if scheme in report.summary.index else float("nan")
+        axis.set_title(f"{scheme}: {percent(flips)} sign flips")
+        axis.set_xlabel(f"advantage under {reference} (reference)")
+        axis.set_ylabel(f"advantage under {scheme}")
+    for axis in axes[len(others) :]:
+        axis.set_visible(False)
+    sampled = f"; every {stride}th of {len(x_all):,} samples" if stride > 1 else f"; {len(x_all):,} samples"
+    figure.suptitle(f"Advantage under each scheme against the reference {reference}{sampled}")
+    return figure
+
+
+def per_step_figure(report: Report) -> Figure:
+    """Sign-flip rate and non-zero inflation per step, one line per scheme other than the reference, and the
+    spread of prompt-group sizes per step (smallest, median, largest)."""
+    figure = Figure(figsize=(15, 4), dpi=DPI, layout="constrained")
+    flip_axis, inflation_axis, size_axis = figure.subplots(1, 3)
+    per_step = report.per_step.reset_index()
+    for scheme in report.schemes:
+        if scheme == report.reference:
+            continue
+        rows = per_step[per_step["scheme"] == scheme].sort_values("step")
+        flip_axis.plot(rows["step"], rows["sign_flip_rate"] * 100, marker="o", markersize=3, label=scheme)
+        inflation_axis.plot(rows["step"], rows["nonzero_inflation"], marker="o", markersize=3, label=scheme)
+    flip_axis.set_title(f"Sign-flip rate against {report.reference}")
+    flip_axis.set_xlabel("step")
+    flip_axis.set_ylabel("samples with another sign (%)")
+    inflation_axis.set_title(f"Non-zero inflation against {report.reference}")
+    inflation_axis.set_xlabel("step")
+    inflation_axis.set_ylabel(f"non-zero advantages / non-zero under {report.reference}")
+    inflation_axis.axhline(1, color="grey", linewidth=0.8, linestyle="--")
+    groups = report.step_groups.sort_index()
+    if not groups.empty:
+        size_axis.fill_between(
+            groups.index, groups["smallest_group"], groups["largest_group"], alpha=0.25, label="range"
+        )
+        size_axis.plot(groups.index, groups["median_group"], marker="o", markersize=3, label="median")
+    size_axis.set_title("Prompt-group sizes")
+    size_axis.set_xlabel("step")
+    size_axis.set_ylabel("samples per prompt")
+    for axis in (flip_axis, inflation_axis, size_axis):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize="small")
+    steps = len(report.info.get("step_values", []))
+    figure.suptitle(f"Per step ({steps} step{'s' if steps != 1 else ''})")
+    return figure
+
+
+def save_png(figure: Figure, path: Path) -> Path:
+    """Save atomically, the figure's title in the PNG's Title chunk."""
+    title = figure.get_suptitle()
+
+    def draw(temporary: Path) -> None:
+        figure.savefig(temporary, format="png", metadata={"Title": title, "Software": "rollaudit"})
+
+    return write_atomic(path, draw)
+
+
+def write_plots(report: Report, directory: Path) -> list[Path]:
+    """Write the three PNGs into ``directory`` (made if missing); returns their paths. ``report`` must hold its
+    advantages (``rollaudit.audit(..., keep_advantages=True)``)."""
+    if report.advantages is None:
+        raise UsageError(
+            "the report holds no advantages to plot", expected="rollaudit.audit(..., keep_advantages=True)"
+        )
+    advantages = {name: report.advantages.column(name).to_numpy() for name in report.advantages.column_names}
+    directory.mkdir(exist_ok=True)
+    figures = {
+        "group_sizes": group_sizes_figure(report),
+        "advantage_scatter": advantage_scatter_figure(report, advantages),
+        "per_step": per_step_figure(report),
+    }
+    return [save_png(figure, directory / FILES[name]) for name, figure in figures.items()]
+
+
+__all__ = ["FILES", "advantage_scatter_figure", "group_sizes_figure", "per_step_figure", "save_png", "write_plots"]

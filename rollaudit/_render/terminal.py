@@ -1,0 +1,308 @@
+"""The terminal renderer: ``rollaudit compare`` and ``rollaudit inspect`` as rich renderables that fit the console.
+
+Tables drop their least important columns, one at a time, until they fit the
+terminal's width, and say which they hid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .._audit.report import RECORDED_ROW
+from .text import (
+    HISTOGRAM_TITLES,
+    KEY_WIDTH,
+    METRIC_COLUMNS,
+    count,
+    counts_line,
+    files_label,
+    has_undefined,
+    histogram_lines,
+    load_line,
+    notes,
+    number,
+    one_line_header,
+    percent,
+    prompt_sections,
+    recorded_fit_rows,
+    recorded_sentence,
+    source_line,
+    steps_label,
+    trend_lines,
+    trend_section,
+    undefined,
+    verdicts,
+)
+
+if TYPE_CHECKING:
+    from .._audit.report import Report
+
+_FOLDED_FIRST_COLUMN = 16
+# A first column folded narrower than this is harder to read than a hidden column.
+_FIRST_COLUMN_FLOOR = 14
+
+
+def _histogram_grid(report: Report) -> RenderableType:
+    grid = Table.grid(padding=(0, 4))
+    names = [name for name in HISTOGRAM_TITLES if name in report.histograms]
+    for _ in names:
+        grid.add_column(no_wrap=True)
+    grid.add_row(*(Text(HISTOGRAM_TITLES[name], style="bold") for name in names))
+    grid.add_row(*(Text("\n".join(histogram_lines(report.histograms[name])), style="cyan") for name in names))
+    return grid
+
+
+@dataclass
+class FittedTable:
+    """A table that drops its least important columns until it fits the console, and says which it hid.
+
+    The first column (scheme or prompt key) folds rather than vanish; the numbers never wrap.
+    """
+
+    title: str
+    header: list[str]
+    rows: list[list[str | Text]]
+    drop_order: list[str] = field(default_factory=list)
+    row_styles: list[str | None] = field(default_factory=list)
+    caption: str | None = None
+    first_max_width: int | None = None
+
+    def build(self, hidden: frozenset[str] = frozenset(), first_width: int | None = None) -> Table:
+        """The table without the ``hidden`` columns, its first column at most ``first_width`` wide."""
+        keep = [position for position, name in enumerate(self.header) if name not in hidden]
+        caption = self.caption
+        if hidden:
+            shown = ", ".join(one_line_header(name) for name in self.header if name in hidden)
+            caption = (caption + "\n" if caption else "") + f"hidden at this width: {shown}"
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1),
+            title=self.title,
+            title_justify="left",
+            caption=caption,
+            caption_justify="left",
+        )
+        limits = [width for width in (self.first_max_width, first_width) if width is not None]
+        for position in keep:
+            if position == 0:
+                table.add_column(self.header[0], overflow="fold", max_width=min(limits) if limits else None)
+            else:
+                table.add_column(self.header[position], justify="right", no_wrap=True)
+        for index, row in enumerate(self.rows):
+            style = self.row_styles[index] if index < len(self.row_styles) else None
+            table.add_row(*(row[position] for position in keep), style=style)
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unbounded = options.update_width(10_000)
+        first_natural = max(cell_len(str(value)) for value in [self.header[0], *(row[0] for row in self.rows)])
+        if self.first_max_width is not None:
+            first_natural = min(first_natural, self.first_max_width)
+        # Fold a long first column (scheme strings, prompt keys) as far as it stays readable; past that,
+        # drop the least important columns one at a time.
+        hidden: frozenset[str] = frozenset()
+        for name in [None, *self.drop_order]:
+            if name is not None:
+                hidden = hidden | {name}
+            table = self.build(hidden)
+            excess = console.measure(table, options=unbounded).maximum - options.max_width
+            if excess <= 0:
+                yield table
+                return
+            if first_natural - excess >= _FIRST_COLUMN_FLOOR:
+                yield self.build(hidden, first_width=first_natural - excess)
+                return
+        yield self.build(hidden, first_width=_FIRST_COLUMN_FLOOR)
+
+
+def metrics_table(report: Report) -> FittedTable:
+    """One row per scheme, the spec's metrics against the reference."""
+    info = report.info
+    reference_row = report.summary.loc[report.reference]
+    caption = (
+        f"non-zero under {report.reference}: {count(reference_row['nonzero_reference'])} of "
+        f"{count(info.get('samples', 0))} samples; rates are shares of the {count(reference_row['compared'])} compared"
+    )
+    columns = [*METRIC_COLUMNS]
+    if has_undefined(report):
+        columns.append(("unde-\nfined", "undefined", count))
+    rows: list[list[str | Text]] = []
+    styles: list[str | None] = []
+    for scheme, row in report.summary.iterrows():
+        is_reference = scheme == report.reference
+        label = Text(str(scheme), style="bold italic" if scheme == RECORDED_ROW else "bold")
+        label += Text(" (ref)", style="dim") if is_reference else Text("")
+        cells = [Text(formatter(row[metric])) for _, metric, formatter in columns]
+        if not is_reference and not undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0:
+            cells[0].stylize("bold red")
+        rows.append([label, *cells])
+        styles.append("dim" if is_reference else None)
+    return FittedTable(
+        title=f"Advantages against the reference [bold]{escape(report.reference)}[/bold]",
+        header=["scheme", *(header for header, _, _ in columns)],
+        rows=rows,
+        row_styles=styles,
+        caption=caption,
+        drop_order=list(_METRIC_DROP_ORDER),
+    )
+
+
+# The summary columns a narrow terminal loses first (the others answer "how wrong, how badly").
+_METRIC_DROP_ORDER = ("strict\nflips", "lost", "max\n|ΔA|", "cosine", "mean\n|ΔA|", "token\nflips")
+
+
+def _split_scheme(header: str) -> str:
+    """``'trajectory(representative=max)\\nflips'`` -> the scheme's options on a line of their own."""
+    scheme, newline, rest = header.rpartition("\n")
+    if not newline or len(scheme) <= _FOLDED_FIRST_COLUMN or "(" not in scheme:
+        return header
+    name, _, options = scheme.partition("(")
+    return f"{name}\n({options}\n{rest}"
+
+
+def _prompt_table(title: str, header: list[str], rows: list[list[str]], reference: str) -> FittedTable:
+    # Narrow terminals lose the per-scheme mean advantages first, then the reference's, then the trajectory count.
+    means = [name for name in header if name.endswith("\nĀ") and not name.startswith(f"{reference}\n")]
+    drop_order = [_split_scheme(name) for name in [*reversed(means), f"{reference}\nĀ", "traj."]]
+    return FittedTable(
+        title=title,
+        header=[_split_scheme(name) for name in header],
+        rows=list(rows),
+        drop_order=drop_order,
+        first_max_width=KEY_WIDTH,
+    )
+
+
+def _recorded_renderables(report: Report) -> list[RenderableType]:
+    """The recorded sentence (the matched scheme in bold green, no match in yellow) and the fit table."""
+    matched = (report.recorded or {}).get("best_match") is not None
+    sentence = Text(recorded_sentence(report))
+    sentence.highlight_words([str(report.recorded.get("best_match"))] if matched else [], style="bold green")
+    if not matched:
+        sentence.stylize("yellow")
+    title, header, rows = recorded_fit_rows(report)
+    if not rows:
+        return [sentence]
+    styles: list[str | None] = [("green" if matched else None), *([None] * (len(rows) - 1))]
+    # The title on a line of its own: as a table title it would wrap to the width of this narrow table.
+    table = FittedTable(title="", header=header, rows=list(rows), row_styles=styles, first_max_width=KEY_WIDTH + 16)
+    return [sentence, Text(""), Text(title), table]
+
+
+def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> RenderableType:
+    """The terminal report of ``rollaudit compare``: header, histograms, metrics, verdicts, worst prompts."""
+    parts: list[RenderableType] = [
+        Text(source_line(load), style="bold"),
+        Text(counts_line(report)),
+        Text(""),
+    ]
+    if report.histograms:
+        parts += [_histogram_grid(report), Text("")]
+    parts += [metrics_table(report), Text("")]
+    findings = Table.grid(padding=(0, 1))
+    findings.add_column(no_wrap=True, style="bold")
+    findings.add_column()
+    for line in verdicts(report):
+        scheme, _, rest = line.partition(": ")
+        findings.add_row(f"{scheme}:", rest)
+    parts.append(findings)
+    for line in notes(report):
+        parts.append(Text(f"note: {line}", style="yellow"))
+    if report.recorded is not None:
+        parts += [Text(""), *_recorded_renderables(report)]
+    trend = trend_section(report, top)
+    if trend is not None:
+        title, header, rows = trend
+        parts += [Text(""), Text(f"Sign-flip rate by step ({len(report.info['step_values'])} steps)", style="bold")]
+        parts += [Text(line) for line in trend_lines(report)]
+        labels = [_split_scheme(name) for name in header]
+        # Narrow terminals lose the inflation columns first (last scheme first), then the group sizes.
+        inflations = [name for name in labels if name.endswith("inflation")]
+        drop_order = [*reversed(inflations), labels[3]]
+        parts += [Text(""), FittedTable(title=title, header=labels, rows=rows, drop_order=drop_order)]
+    for title, header, rows in prompt_sections(report, top):
+        parts += [Text(""), _prompt_table(title, header, rows, report.reference)]
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# inspect
+
+
+def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> RenderableType:
+    """The terminal view of ``rollaudit inspect``: what the dump holds, without recomputing anything."""
+    samples = description["samples"]
+    identity = description["identity"]
+    reward = description["reward"]
+    overview = Table.grid(padding=(0, 2))
+    overview.add_column(style="bold", no_wrap=True)
+    overview.add_column()
+    overview.add_row("files", files_label(load.get("files", [])))
+    overview.add_row("format", load_line(load))
+    overview.add_row(
+        "steps",
+        steps_label(description["steps"]["values"])
+        + f" · {count(samples)} samples"
+        + (f" ({_per_step(description)})" if len(description["steps"]["values"]) > 1 else ""),
+    )
+    overview.add_row(
+        "groups", f"{count(description['prompts'])} prompts · {count(description['trajectories'])} trajectories"
+    )
+    overview.add_row(
+        "identity",
+        f"prompt key on {_share(identity['with_prompt_key'], samples)} · "
+        f"trajectory key on {_share(identity['with_trajectory_key'], samples)}",
+    )
+    reward_text = f"{reward['kind']}"
+    if reward.get("min") is not None:
+        reward_text += f" · min {number(reward['min'])} · mean {number(reward['mean'])} · max {number(reward['max'])}"
+    if reward.get("nonfinite"):
+        reward_text += f" · {count(reward['nonfinite'])} NaN/inf"
+    overview.add_row("reward", reward_text)
+    if description.get("recorded_advantages"):
+        overview.add_row("recorded", f"trainer's advantage on {_share(description['recorded_advantages'], samples)}")
+    if description.get("response_tokens") is not None:
+        overview.add_row("tokens", f"{count(description['response_tokens'])} response tokens")
+    if description.get("status"):
+        overview.add_row(
+            "status", " · ".join(f"{name} {count(number_of)}" for name, number_of in description["status"].items())
+        )
+    fields = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), title="Fields", title_justify="left"
+    )
+    fields.add_column("field", no_wrap=True, style="bold")
+    fields.add_column("type", no_wrap=True)
+    fields.add_column("present", justify="right", no_wrap=True)
+    fields.add_column("", no_wrap=True, style="dim")
+    for column in description["fields"]:
+        fields.add_row(
+            column["name"],
+            column["type"],
+            _share(column["non_null"], samples),
+            "canonical" if column["canonical"] else "passed through",
+        )
+    return Group(overview, Text(""), fields)
+
+
+def _share(part: int, whole: int) -> str:
+    if whole == 0:
+        return "0 of 0"
+    return f"{part:,} of {whole:,} ({percent(part / whole)})"
+
+
+def _per_step(description: Mapping[str, Any]) -> str:
+    per_step = description["steps"]["samples_per_step"]
+    values = list(per_step.values())
+    low, high = min(values), max(values)
+    return f"{low:,} per step" if low == high else f"{low:,}–{high:,} per step"

@@ -1,0 +1,494 @@
+"""What every renderer says, as plain strings: numbers, labels, verdict sentences, prompt and step rows.
+
+Pure functions of data already computed: a :class:`~rollaudit.Report`, the
+``load`` summary (``format``, ``files``, ``bytes``, ``seconds``), or
+``rollaudit.describe``'s dict. Nothing here computes a metric; it chooses
+what to show and how to write it (rates as percentages, counts as ints,
+undefined as ``n/a``). The terminal, Markdown and HTML renderers lay these
+strings out, each in its own way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._audit.report import RECORDED_ROW
+
+if TYPE_CHECKING:
+    from .._audit.report import Report
+
+NOT_AVAILABLE = "n/a"
+HISTOGRAM_TITLES = {
+    "samples_per_prompt": "samples / prompt",
+    "trajectories_per_prompt": "trajectories / prompt",
+    "samples_per_trajectory": "samples / trajectory",
+}
+_HISTOGRAM_ROWS = 8
+_BAR_WIDTH = 10
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+KEY_WIDTH = 24
+_FOLDED_FIRST_COLUMN = 16
+# A first column folded narrower than this is harder to read than a hidden column.
+_FIRST_COLUMN_FLOOR = 14
+# Presets shown in the fit table of recorded advantages: the match and the nearest misses tell the story.
+_FIT_ROWS = 5
+_EQUIVALENT_SHOWN = 3
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Number formatting shared by the terminal and Markdown.
+
+
+def undefined(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def percent(value: Any) -> str:
+    """A rate as a percentage; never rounds a non-zero rate to 0% or a partial one to 100%."""
+    if undefined(value):
+        return NOT_AVAILABLE
+    value = float(value)
+    if 0 < value < 0.0005:
+        return "<0.1%"
+    if 0.9995 <= value < 1:
+        return ">99.9%"
+    return f"{value * 100:.1f}%"
+
+
+def count(value: Any) -> str:
+    """A count as an int with thousands separators."""
+    return NOT_AVAILABLE if undefined(value) else f"{int(value):,}"
+
+
+def ratio(value: Any) -> str:
+    """An inflation factor, e.g. ``4.18×``."""
+    return NOT_AVAILABLE if undefined(value) else f"{float(value):.2f}×"
+
+
+def number(value: Any, digits: int = 3) -> str:
+    """A float with ``digits`` significant digits."""
+    if undefined(value):
+        return NOT_AVAILABLE
+    value = float(value)
+    return "0" if value == 0 else f"{value:.{digits}g}"
+
+
+def signed(value: Any) -> str:
+    """A mean advantage: sign always shown, two decimals (tiny values read as 0)."""
+    if undefined(value):
+        return NOT_AVAILABLE
+    value = float(value)
+    return " 0.00" if abs(value) < 0.005 else f"{value:+.2f}"
+
+
+def byte_size(value: int) -> str:
+    """1234567 -> '1.2 MB'."""
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"  # pragma: no cover - loop always returns
+
+
+def plural(number_of: int, word: str, many: str | None = None) -> str:
+    """``1 sample``, ``21 samples``."""
+    return f"{number_of:,} {word if number_of == 1 else (many or word + 's')}"
+
+
+def key_text(value: Any, width: int = KEY_WIDTH) -> str:
+    """A prompt key, shortened to ``width`` characters (string keys can be whole prompts)."""
+    text = "∅" if value is None else " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# The summary columns: (header, metric, formatter). ``nonzero_reference`` and ``compared`` go in the caption.
+# Terminal headers take two lines (``\n``) so that the default three schemes fit in 100 columns.
+METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("sign\nflips", "sign_flip_rate", percent),
+    ("strict\nflips", "strict_flip_rate", percent),
+    ("token\nflips", "token_flip_rate", percent),
+    ("non-\nzero", "nonzero", count),
+    ("infla-\ntion", "nonzero_inflation", ratio),
+    ("spurious", "spurious_nonzero", count),
+    ("lost", "lost_signal", count),
+    ("cosine", "advantage_cosine", lambda value: number(value, 4)),
+    ("max\n|ΔA|", "max_abs_diff", number),
+    ("mean\n|ΔA|", "mean_abs_diff", number),
+)
+
+
+def one_line_header(header: str) -> str:
+    """``'infla-\\ntion'`` -> ``'inflation'``, ``'sign\\nflips'`` -> ``'sign flips'`` (Markdown headers)."""
+    return header.replace("-\n", "").replace("\n(", "(").replace("\n", " ")
+
+
+def has_undefined(report: Report) -> bool:
+    return "undefined" in report.summary.columns and bool((report.summary["undefined"] > 0).any())
+
+
+def steps_label(values: Sequence[int]) -> str:
+    """``step 3``, ``steps 0-9 (10)``, ``steps 0, 3, 5``."""
+    values = sorted(values)
+    if not values:
+        return "no steps"
+    if len(values) == 1:
+        return f"step {values[0]}"
+    if values[-1] - values[0] + 1 == len(values):
+        return f"steps {values[0]}–{values[-1]} ({len(values)})"
+    if len(values) <= 5:
+        return "steps " + ", ".join(str(value) for value in values)
+    return f"{len(values)} steps, {values[0]}–{values[-1]}"
+
+
+def files_label(files: Sequence[str]) -> str:
+    """The one file, or ``4 files in sample_dumps`` (their common directory)."""
+    if not files:
+        return "no files"
+    if len(files) == 1:
+        return str(files[0])
+    try:
+        common = os.path.commonpath([os.path.dirname(str(path)) or "." for path in files])
+    except ValueError:  # absolute and relative paths mixed
+        common = ""
+    return f"{len(files)} files in {common}" if common else f"{len(files)} files"
+
+
+def load_line(load: Mapping[str, Any]) -> str:
+    """``slime, 62.3 KB, loaded in 0.32 s``."""
+    parts = [str(load.get("format", "?"))]
+    if load.get("bytes") is not None:
+        parts.append(byte_size(load["bytes"]))
+    if load.get("seconds") is not None:
+        parts.append(f"loaded in {load['seconds']:.2f} s")
+    return ", ".join(parts)
+
+
+def source_line(load: Mapping[str, Any]) -> str:
+    """``sample_dumps/fanout/rollout_data/3.pt (slime, 62.3 KB, loaded in 0.12 s)``."""
+    return f"{files_label(load.get('files', []))} ({load_line(load)})"
+
+
+def counts_line(report: Report) -> str:
+    """``step 3 · 88 samples · 8 prompts · 32 trajectories · audited on cpu in 0.04 s``."""
+    info = report.info
+    return " · ".join(
+        [
+            steps_label(info.get("step_values", [])),
+            f"{count(info.get('samples', 0))} samples",
+            f"{count(info.get('prompts', 0))} prompts",
+            f"{count(info.get('trajectories', 0))} trajectories",
+            f"audited on {info.get('device', '?')} in {info.get('seconds', 0):.2f} s",
+        ]
+    )
+
+
+def notes(report: Report) -> list[str]:
+    """Data issues worth a line: non-finite rewards, undefined advantages, missing per-prompt view."""
+    info = report.info
+    lines = []
+    if info.get("nonfinite_rewards"):
+        shown = info.get("nonfinite_rows", [])[:5]
+        more = "…" if info["nonfinite_rewards"] > len(shown) else ""
+        rows = ("row " if len(shown) == 1 and not more else "rows ") + ", ".join(str(row) for row in shown) + more
+        lines.append(
+            f"{plural(info['nonfinite_rewards'], 'sample')} with a NaN or infinite reward ({rows}); "
+            "left out of every statistic and comparison"
+        )
+    # The recorded row's samples without a recorded value are counted by the recorded sentence, not here.
+    undefined = report.summary["undefined"].drop(RECORDED_ROW, errors="ignore") if has_undefined(report) else None
+    if undefined is not None and bool((undefined > 0).any()):
+        where = [str(scheme) for scheme, number_of in undefined.items() if number_of > 0]
+        under = "every scheme" if len(where) == len(undefined) else ", ".join(where)
+        samples = plural(int(undefined.max()), "sample")
+        lines.append(f"{samples} not compared: the advantage is undefined there (under {under})")
+    if info.get("per_prompt_unavailable"):
+        lines.append(f"no per-prompt view: {info['per_prompt_unavailable']}")
+    return lines
+
+
+def verdicts(report: Report) -> list[str]:
+    """One sentence per scheme other than the reference: what is wrong with it, in the report's own numbers."""
+    lines = []
+    reference = report.reference
+    for scheme, row in report.summary.iterrows():
+        if scheme == reference:
+            continue
+        flips, spurious, lost = row["sign_flip_rate"], int(row["spurious_nonzero"]), int(row["lost_signal"])
+        if undefined(flips):
+            lines.append(f"{scheme}: nothing to compare with {reference}")
+            continue
+        if flips == 0:
+            difference = (
+                "identical advantages"
+                if row["max_abs_diff"] == 0
+                else f"advantages differ by up to {number(row['max_abs_diff'])} (mean {number(row['mean_abs_diff'])})"
+            )
+            lines.append(f"{scheme}: same signs as {reference}; {difference}")
+            continue
+        sentence = f"{scheme}: {percent(flips)} of samples get another sign than under {reference}"
+        if not undefined(row["token_flip_rate"]):
+            sentence += f" ({percent(row['token_flip_rate'])} of response tokens)"
+        extras = []
+        if spurious:
+            extras.append(f"{plural(spurious, 'sample')} with no learning signal got an advantage")
+        if lost:
+            extras.append(f"{plural(lost, 'sample')} lost {'its' if lost == 1 else 'their'} signal")
+        if not undefined(row["nonzero_inflation"]) and row["nonzero_inflation"] != 1:
+            extras.append(f"{ratio(row['nonzero_inflation'])} as many non-zero advantages")
+        lines.append(sentence + ("; " + ", ".join(extras) if extras else ""))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Recorded advantages: which preset the trainer's own advantages come from (``Report.recorded``).
+
+
+def _plain(text: str) -> str:
+    return text
+
+
+def fit_error(value: Any) -> str:
+    """A fit's error: two significant digits; None (inf in the report: one side NaN) as ∞."""
+    return "∞" if value is None or (isinstance(value, float) and math.isinf(value)) else number(value, 2)
+
+
+def small_number(value: Any) -> str:
+    """A tolerance: ``1e-04``, ``1.5e-04``, ``0.002``."""
+    if undefined(value):
+        return NOT_AVAILABLE
+    value = float(value)
+    if value == 0 or value >= 1e-3:
+        return number(value, 2)
+    mantissa, _, exponent = f"{value:.1e}".partition("e")
+    return f"{mantissa.removesuffix('.0')}e{exponent}"
+
+
+def tolerance_text(recorded: Mapping[str, Any]) -> str:
+    """``1e-04``, or ``1e-04 × max |recorded| = 1.5e-04`` when the tolerance was scaled to large advantages."""
+    tolerance, allowed = float(recorded["tolerance"]), float(recorded["allowed_error"])
+    if allowed == tolerance:
+        return small_number(tolerance)
+    return f"{small_number(tolerance)} × max |recorded| = {small_number(allowed)}"
+
+
+def recorded_sentence(report: Report, code: Callable[[str], str] = _plain) -> str:
+    """What the recorded advantages are, in one sentence: the preset they match (or the closest one, saying
+    that none matches) and how their signs compare with the reference. ``code`` marks up scheme strings."""
+    recorded = report.recorded or {}
+    rows, samples = int(recorded.get("rows", 0)), int(report.info.get("samples", 0))
+    subject = "recorded advantages" + (f" ({count(rows)} of {count(samples)} samples)" if rows < samples else "")
+    fits = recorded.get("fits", [])
+    best_match = recorded.get("best_match")
+    equivalent = list(recorded.get("equivalent", []))
+    if best_match is not None:
+        text = f"{subject} match {code(best_match)} (max err {fit_error(fits[0]['max_error'])}"
+        if equivalent:
+            # Ties are named: the recorded values cannot tell these schemes apart on this table.
+            shown = ", ".join(code(scheme) for scheme in equivalent[:_EQUIVALENT_SHOWN])
+            more = len(equivalent) - _EQUIVALENT_SHOWN
+            text += f"; the same numbers: {shown}" + (f" and {more} more" if more > 0 else "")
+        text += ")"
+    elif fits:
+        closest = fits[0]
+        text = (
+            f"{subject} match no preset within {tolerance_text(recorded)}; closest: {code(closest['scheme'])} "
+            f"({percent(closest['share_within_tolerance'])} of samples within tolerance, "
+            f"max err {fit_error(closest['max_error'])})"
+        )
+    else:
+        return f"{subject}: no preset can run on this table to compare them with"
+    if best_match is not None and report.reference in (best_match, *equivalent):
+        return text  # they are the reference's numbers: no sign can differ
+    if RECORDED_ROW in report.summary.index:
+        flips = report.summary.loc[RECORDED_ROW, "sign_flip_rate"]
+        if not undefined(flips):
+            reference = code(report.reference)
+            text += (
+                f"; they have the same signs as {reference}"
+                if flips == 0
+                else f"; they differ in sign from {reference} on {percent(flips)} of samples"
+            )
+    return text
+
+
+def recorded_fit_rows(report: Report, limit: int = _FIT_ROWS) -> tuple[str, list[str], list[list[str]]]:
+    """(title, header, rows) of the best ``limit`` fits; an ``undefined`` column only where some fit has one."""
+    recorded = report.recorded or {}
+    fits = recorded.get("fits", [])
+    shown = fits[:limit]
+    with_undefined = any(fit.get("undefined") for fit in shown)
+    within = f"within\n±{small_number(recorded.get('allowed_error'))}"
+    header = ["scheme", "max err", "mean err", within, *(["unde-\nfined"] if with_undefined else [])]
+    rows = []
+    for fit in shown:
+        row = [
+            str(fit["scheme"]),
+            fit_error(fit["max_error"]),
+            fit_error(fit["mean_error"]),
+            percent(fit["share_within_tolerance"]),
+        ]
+        rows.append(row + ([count(fit.get("undefined", 0))] if with_undefined else []))
+    more = f" (best {len(shown)} of {len(fits)})" if len(shown) < len(fits) else ""
+    # The tolerance itself heads the share column; how it was scaled is in the sentence when nothing matched.
+    title = f"Fit of each preset to the recorded advantages{more}"
+    return title, header, rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Histograms: a few rows of (size label, count), bucketed when there are many sizes.
+
+
+def histogram_rows(sizes: Mapping[int, int], max_rows: int = _HISTOGRAM_ROWS) -> list[tuple[str, int]]:
+    """``{size: count}`` as at most ``max_rows`` rows; many sizes are bucketed into ranges ``lo–hi``."""
+    ordered = sorted((int(size), int(number_of)) for size, number_of in sizes.items())
+    if len(ordered) <= max_rows:
+        return [(str(size), number_of) for size, number_of in ordered]
+    rows = []
+    per_row = math.ceil(len(ordered) / max_rows)
+    for start in range(0, len(ordered), per_row):
+        chunk = ordered[start : start + per_row]
+        low, high = chunk[0][0], chunk[-1][0]
+        rows.append((str(low) if low == high else f"{low}–{high}", sum(number_of for _, number_of in chunk)))
+    return rows
+
+
+def bar(value: int, largest: int, width: int = _BAR_WIDTH) -> str:
+    """A horizontal bar in eighths of a character; any non-zero value shows at least a sliver."""
+    if largest <= 0 or value <= 0:
+        return ""
+    eighths = max(1, round(value / largest * width * 8))
+    return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
+
+
+def histogram_lines(sizes: Mapping[int, int], width: int = _BAR_WIDTH) -> list[str]:
+    """``'    8 ████████   3'`` per row."""
+    rows = histogram_rows(sizes)
+    if not rows:
+        return ["(none)"]
+    largest = max(number_of for _, number_of in rows)
+    label_width = max(len(label) for label, _ in rows)
+    return [
+        f"{label:>{label_width}} {bar(number_of, largest, width):<{width}} {number_of:,}" for label, number_of in rows
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Prompt tables: the worst prompts and the silent ones, as rows of plain strings (shared by both renderers).
+
+
+def _others(report: Report) -> list[str]:
+    """The schemes compared with the reference in the prompt tables, and the recorded advantages when present."""
+    others = [scheme for scheme in report.schemes if scheme != report.reference]
+    if f"flips:{RECORDED_ROW}" in report.per_prompt.columns:
+        others.append(RECORDED_ROW)
+    return others
+
+
+def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows for a per-prompt table; ``kind`` is ``flips`` (worst) or ``spurious`` (silent)."""
+    multi_step = len(report.info.get("step_values", [])) > 1
+    reference = report.reference
+    # Two-line headers (scheme, then what): the Markdown renderer joins them with a space.
+    header = [*(["step"] if multi_step else []), "prompt", "samples", "traj.", "mean\nreward", f"{reference}\nĀ"]
+    others = _others(report)
+    for scheme in others:
+        header.append(f"{scheme}\n{kind}")
+        header.append(f"{scheme}\nĀ")
+    rows = []
+    for _, prompt in prompts.iterrows():
+        row = [*([str(prompt["step"])] if multi_step else [])]
+        row += [
+            key_text(prompt["prompt"]),
+            count(prompt["samples"]),
+            count(prompt["trajectories"]),
+            number(prompt["mean_reward"]),
+            signed(prompt[f"mean_advantage:{reference}"]),
+        ]
+        for scheme in others:
+            row.append(count(prompt[f"{kind}:{scheme}"]))
+            row.append(signed(prompt[f"mean_advantage:{scheme}"]))
+        rows.append(row)
+    return header, rows
+
+
+def prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the worst prompts and the silent prompts, empty sections left out."""
+    if report.per_prompt.empty:
+        return []
+    sections = []
+    total = len(report.per_prompt)
+    worst_all = report.worst_prompts(total)
+    if len(worst_all):
+        shown = report.worst_prompts(top)
+        title = (
+            f"Worst prompts: {len(worst_all):,} of {total:,} prompts have samples whose sign differs "
+            f"from {report.reference}" + (f" (top {len(shown)})" if len(shown) < len(worst_all) else "")
+        )
+        sections.append((title, *prompt_rows(report, shown, "flips")))
+    silent_all = report.silent_prompts(total)
+    if len(silent_all):
+        shown = report.silent_prompts(top)
+        title = f"Prompts with no learning signal that got advantages: {len(silent_all):,}" + (
+            f" (top {len(shown)})" if len(shown) < len(silent_all) else ""
+        )
+        sections.append((title, *prompt_rows(report, shown, "spurious")))
+    return sections
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One character per value, scaled from 0 to the largest; undefined values are a space."""
+    defined = [value for value in values if not undefined(value)]
+    top = max(defined, default=0.0)
+    if top <= 0:
+        return "".join(" " if undefined(value) else _SPARK[0] for value in values)
+    return "".join(
+        " " if undefined(value) else _SPARK[min(len(_SPARK) - 1, int(value / top * (len(_SPARK) - 1) + 0.5))]
+        for value in values
+    )
+
+
+def trend_lines(report: Report) -> list[str]:
+    """Per scheme, its sign-flip rate over the steps as a sparkline with its range (runs of several steps)."""
+    per_step = report.per_step.reset_index()
+    lines = []
+    for scheme in per_step["scheme"].drop_duplicates():
+        if scheme == report.reference:
+            continue
+        rates = per_step[per_step["scheme"] == scheme].sort_values("step")["sign_flip_rate"].tolist()
+        defined = [rate for rate in rates if not undefined(rate)]
+        if defined:
+            lines.append((scheme, f"{sparkline(rates)}  {percent(min(defined))} to {percent(max(defined))}"))
+    width = max((len(scheme) for scheme, _ in lines), default=0)
+    return [f"{scheme + ':':<{width + 1}} {trend}" for scheme, trend in lines]
+
+
+def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, header, rows) of the worst steps of a run, or None for a single step or no flips."""
+    steps = len(report.info.get("step_values", []))
+    worst = report.worst_steps(top)
+    if steps < 2 or worst.empty:
+        return None
+    schemes = [column.split(":", 1)[1] for column in worst.columns if column.startswith("sign_flip_rate:")]
+    header = ["step", "samples", "prompts", "group\nsizes"]
+    for scheme in schemes:
+        header += [f"{scheme}\nflips", f"{scheme}\ninflation"]
+    rows = []
+    for step, row in worst.iterrows():
+        sizes = "n/a"
+        if "smallest_group" in row:
+            sizes = f"{count(row['smallest_group'])}–{count(row['largest_group'])}"
+        cells = [str(step), count(row.get("samples")), count(row.get("prompts")), sizes]
+        for scheme in schemes:
+            cells += [percent(row[f"sign_flip_rate:{scheme}"]), ratio(row[f"nonzero_inflation:{scheme}"])]
+        rows.append(cells)
+    flipped = int((report.worst_steps(steps)["worst_flip_rate"] > 0).sum())
+    title = f"Worst steps: {flipped:,} of {steps:,} steps have samples whose sign differs from {report.reference}"
+    if len(rows) < flipped:
+        title += f" (top {len(rows)})"
+    return title, header, rows

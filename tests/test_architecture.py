@@ -1,0 +1,231 @@
+"""The architecture contract: the pipeline's stages import only themselves and earlier stages, with no cycle.
+
+file -> loader -> Arrow table -> recompute (torch) -> metrics -> report -> renderer: the packages of
+``rollaudit`` are those stages, in this order (:data:`LAYERS`). Every ``import`` counts, at any depth (an import
+inside a function runs too), except those under ``if TYPE_CHECKING:`` (never run) and inside the notebook's
+``_repr_*`` hooks (a Report may render itself as HTML). Module sizes are held here as well.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rollaudit"
+LAYERS = (
+    ("base", ("rollaudit._version", "rollaudit._errors", "rollaudit._table", "rollaudit._output")),
+    ("loaders", ("rollaudit._loaders",)),
+    ("audit", ("rollaudit._audit",)),
+    ("gate", ("rollaudit._gate",)),
+    ("render", ("rollaudit._render",)),
+    ("api", ("rollaudit",)),
+    ("cli", ("rollaudit._cli",)),
+    ("main", ("rollaudit.__main__",)),
+)
+"""Stages, earliest first: a module may import modules of its own stage and of earlier ones. ``api`` is the
+package's public face (``import rollaudit``), which the command line is a thin layer over."""
+MAX_MODULE_LINES = 700
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def stage_of(module: str) -> int:
+    """The index in LAYERS of the stage a module belongs to (the longest matching prefix)."""
+    best, length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = index, len(prefix)
+    assert best is not None, f"{module} belongs to no stage of the architecture"
+    return best
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+class _Imports(ast.NodeVisitor):
+    """Every rollaudit module a module imports, skipping TYPE_CHECKING blocks and ``_repr_*`` hooks."""
+
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module, self.package = module, module if is_package else module.rpartition(".")[0]
+        self.found: dict[str, int] = {}
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if not node.name.startswith("_repr_"):
+            self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def _add(self, target: str, line: int) -> None:
+        if target == "rollaudit" or target.startswith("rollaudit."):
+            # ``from package import name``: the name may be a submodule (``from . import columns``).
+            self.found.setdefault(target, line)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            source = node.module or ""
+        for alias in node.names:
+            submodule = f"{source}.{alias.name}"
+            self._add(submodule if submodule in MODULES else source, node.lineno)
+
+
+def imports_of(module: str) -> dict[str, int]:
+    path = MODULES[module]
+    visitor = _Imports(module, path.name == "__init__.py")
+    visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {target: line for target, line in visitor.found.items() if target != module}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_every_import_names_a_module_of_the_package():
+    for module, targets in GRAPH.items():
+        for target in targets:
+            assert target in MODULES, f"{module} imports {target}, which is not a module of rollaudit"
+
+
+def test_no_stage_imports_a_later_stage():
+    violations = [
+        f"{module} (stage {LAYERS[stage_of(module)][0]}) imports {target} (stage {LAYERS[stage_of(target)][0]}) "
+        f"at line {line}"
+        for module, targets in GRAPH.items()
+        for target, line in targets.items()
+        if stage_of(target) > stage_of(module)
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's components of more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_no_import_cycles_at_any_depth():
+    assert strongly_connected(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_over_700_lines(module):
+    lines = MODULES[module].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines"
+
+
+def test_a_loader_is_a_module_and_one_registry_line():
+    """Every format module exposes the one interface, and the registry lists exactly those modules."""
+    from rollaudit._loaders.base import Format
+    from rollaudit._loaders.registry import FORMATS
+
+    for name, entry in FORMATS.items():
+        assert isinstance(entry, Format) and entry.name == name
+        module = entry.read.__module__
+        assert module.startswith("rollaudit._loaders."), module
+        for function in (entry.detect, entry.expand_directory, entry.combine):
+            assert function.__module__ == module, (name, function)
+
+
+def test_the_cache_key_covers_every_loader_module_without_a_list():
+    import sys
+
+    from rollaudit._loaders.cache import fingerprint_sources
+    from rollaudit._loaders.registry import FORMATS
+
+    sources = {path.resolve() for path in fingerprint_sources()}
+    assert {path.resolve() for path in (PACKAGE / "_loaders").rglob("*.py")} <= sources
+    for entry in FORMATS.values():
+        assert Path(sys.modules[entry.read.__module__].__file__).resolve() in sources
+    assert (PACKAGE / "_table.py").resolve() in sources
+
+
+def test_every_load_option_is_declared_once_for_the_command_line():
+    """Each field of LoadOptions has exactly one command-line option in the shared group (no other command
+    declares one of its own), so a new option reaches every command that reads dumps at once."""
+    import dataclasses
+
+    from rollaudit._cli.options import LOAD
+    from rollaudit._loaders.options import LoadOptions
+
+    fields = {field.name for field in dataclasses.fields(LoadOptions)}
+    declared = {option.name for option in LOAD.options}
+    spelled = {"input_format": "format", "no_cache": "cache"}
+    assert {spelled.get(name, name) for name in declared} == fields
+    commands = (PACKAGE / "_cli" / "commands.py").read_text(encoding="utf-8")
+    for name in declared:
+        flag = "--" + {"input_format": "format"}.get(name, name).replace("_", "-")
+        assert f'"{flag}"' not in commands, f"{flag} declared again in a command"
+
+
+def test_the_exports_resolve_each_to_its_module():
+    """``__all__`` is read from the one list of exports (the TYPE_CHECKING imports of ``rollaudit/__init__.py``);
+    every name resolves lazily to the object its module defines."""
+    import importlib
+
+    import rollaudit
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and _is_type_checking(node))
+    listed = {alias.name: node.module for node in block.body for alias in node.names}
+    assert sorted([*listed, "__version__"]) == rollaudit.__all__ == dir(rollaudit)
+    for name, module in listed.items():
+        assert getattr(rollaudit, name) is getattr(importlib.import_module(f"rollaudit.{module}"), name)
