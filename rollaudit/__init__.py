@@ -38,8 +38,6 @@ if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and
     from ._table import CANONICAL_COLUMNS, make_table, validate_table
 
 
-
-
 def _exports() -> dict[str, str]:
     """Name -> module of every import in the ``TYPE_CHECKING`` block above, read from this module's source."""
     import ast

@@ -104,10 +104,12 @@ def _typed_array(values: Any, name: str, kind: pa.DataType) -> pa.Array:
         raise InputError(f"cannot read as {kind}: {first}", field=name, expected=str(kind)) from None
 
 
-def _positions_in_row_order(step: pa.Array) -> pa.Array:
+def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
     """0, 1, 2, ... within each step, in row order (a cumulative count per step)."""
     import numpy as np
 
+    if isinstance(step, pa.ChunkedArray):
+        step = step.combine_chunks()
     steps = step.to_numpy(zero_copy_only=False)
     if len(steps) == 0:
         return pa.array([], pa.int64())
@@ -162,7 +164,7 @@ def make_table(
     )
     position = columns.pop(POSITION, None)
     data[POSITION] = (
-        _positions_in_row_order(data[STEP])
+        positions_in_row_order(data[STEP])
         if position is None
         else _typed_array(column(position, POSITION), POSITION, pa.int64())
     )
@@ -258,3 +260,56 @@ def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
                 for table in tables
             ]
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a loader found in a dump, in the framework's own words, so that a report can say how it grouped: counts
+# ({label: {what: count}}: V1 sessions, fan-out trajectories, padding rows left out) and notes (what the dump
+# cannot tell), in the table's metadata.
+
+FOUND_METADATA = b"rollaudit.found"
+NOTES_METADATA = b"rollaudit.notes"
+
+
+def found_in(table: pa.Table) -> dict[str, dict[str, int]]:
+    """What the loader of ``table`` counted in its dump: ``{label: {what: count}}`` (empty when it said nothing)."""
+    import json
+
+    text = (table.schema.metadata or {}).get(FOUND_METADATA)
+    return json.loads(text) if text else {}
+
+
+def notes_in(table: pa.Table) -> list[str]:
+    """What the loader of ``table`` said its dump cannot tell (one sentence each)."""
+    import json
+
+    text = (table.schema.metadata or {}).get(NOTES_METADATA)
+    return json.loads(text) if text else []
+
+
+def with_found(
+    table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: Iterable[str] = ()
+) -> pa.Table:
+    """``table`` carrying ``found`` (counts that are 0 left out) and ``notes`` in its metadata."""
+    import json
+
+    kept = {label: {what: int(n) for what, n in counts.items() if n} for label, counts in found.items()}
+    metadata = dict(table.schema.metadata or {})
+    metadata[FOUND_METADATA] = json.dumps({label: counts for label, counts in kept.items() if counts}).encode()
+    notes = list(dict.fromkeys(notes))
+    if notes:
+        metadata[NOTES_METADATA] = json.dumps(notes).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def merge_found(tables: Iterable[pa.Table]) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """The counts and notes of several tables (the steps of a run): counts summed, notes once each, in order."""
+    merged: dict[str, dict[str, int]] = {}
+    notes: dict[str, None] = {}
+    for table in tables:
+        for label, counts in found_in(table).items():
+            into = merged.setdefault(label, {})
+            for what, count in counts.items():
+                into[what] = into.get(what, 0) + count
+        notes.update(dict.fromkeys(notes_in(table)))
+    return merged, list(notes)

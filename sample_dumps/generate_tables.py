@@ -243,7 +243,8 @@ def write_generic(root: Path) -> list[Path]:
 
 
 def leave_one_out(rewards: np.ndarray) -> np.ndarray:
-    """The spec's ``nemo-loo``: baseline and unbiased std of the other members; divide only where std > 0."""
+    """The spec's ``nemo-loo``: baseline and unbiased std of the other members; divide by (std + 1e-6) only where
+    std > 0 (NeMo-RL's GRPOAdvantageEstimator)."""
     count = len(rewards)
     if count <= 1:
         return np.zeros(count)
@@ -252,7 +253,7 @@ def leave_one_out(rewards: np.ndarray) -> np.ndarray:
         others = np.delete(rewards, member)
         centred = rewards[member] - others.mean()
         std = others.std(ddof=1) if len(others) > 1 else 0.0
-        result[member] = centred / std if std > 0 else centred
+        result[member] = centred / (std + 1e-6) if std > 0 else centred
     return result
 
 

@@ -7,6 +7,7 @@ code with rollaudit's kernel or metrics.
 from __future__ import annotations
 
 import math
+import struct
 from collections import OrderedDict
 
 
@@ -28,29 +29,55 @@ def _std(values, estimator):
     return math.sqrt(math.fsum((value - centre) ** 2 for value in values) / divisor)
 
 
+def round_to(value, dtype):
+    """A float rounded to float32 or bfloat16 (to nearest, ties to even), written from the formats' bits."""
+    if dtype == "float64" or not math.isfinite(value):
+        return value
+    single = struct.unpack("<f", struct.pack("<f", value))[0]
+    if dtype == "float32":
+        return single
+    bits = struct.unpack("<I", struct.pack("<f", single))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round the low 16 bits away, ties to even
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
 def _batch_groups(batch, scheme):
-    """Lists of rows (dicts, in batch order) forming the groups of one batch."""
+    """(rows, grouped) pairs of one batch: lists of rows (dicts, in batch order) forming its groups, and whether the
+    rows form a group at all (False: the rows after the last full slice, left unnormalized)."""
     n = scheme.n
     size = len(batch)
 
     def slices():
         if n is None or size % n:
             raise OracleError("slices of n do not fit")
-        return [batch[start : start + n] for start in range(0, size, n)]
+        return [(batch[start : start + n], True) for start in range(0, size, n)]
 
-    if scheme.groups == "batch":
-        return [batch]
-    if scheme.groups == "positional":
-        return slices()
-    keys = [row["prompt"] for row in batch]
-    if scheme.groups == "legacy":
+    def legacy():
         if scheme.batch_size is not None:
             prompts = scheme.batch_size
         elif any(key is None for key in keys):
             raise OracleError("legacy without keys needs batch_size")
         else:
             prompts = len(set(keys))
-        return slices() if size == n * prompts else [batch]
+        if n is None:
+            raise OracleError("legacy needs n")
+        return slices() if size == n * prompts else [(batch, True)]
+
+    if scheme.groups == "batch":
+        return [(batch, True)]
+    if scheme.groups == "positional":
+        if scheme.remainder == "unnormalized" and n is not None:
+            full = size // n * n
+            return [(batch[start : start + n], True) for start in range(0, full, n)] + (
+                [(batch[full:], False)] if full < size else []
+            )
+        return slices()
+    column = "prompt" if scheme.groups == "legacy" else scheme.group_by
+    keys = [row.get(column) for row in batch]
+    if scheme.groups == "legacy":
+        return legacy()
+    if any(key is None for key in keys) and scheme.missing_keys == "legacy":
+        return legacy()
     if all(key is None for key in keys):
         if n is None or size % n:
             raise OracleError("prompt keys are required when groups are not uniformly sized")
@@ -59,8 +86,8 @@ def _batch_groups(batch, scheme):
         raise OracleError(f"position {keys.index(None)} has no prompt key")
     grouped = OrderedDict()
     for row in batch:
-        grouped.setdefault(row["prompt"], []).append(row)
-    return list(grouped.values())
+        grouped.setdefault(row[column], []).append(row)
+    return [(rows, True) for rows in grouped.values()]
 
 
 def _units(group, scheme):
@@ -73,11 +100,16 @@ def _units(group, scheme):
         trajectories.setdefault(key, []).append(row)
     units = []
     for rows in trajectories.values():
-        finite = [row["reward"] for row in rows if math.isfinite(row["reward"])]
+        rewards = [row["reward"] for row in rows]
+        if scheme.siblings == "equal" and any(not reward == rewards[0] for reward in rewards[1:]):
+            raise OracleError("siblings with different rewards")
+        finite = [reward for reward in rewards if math.isfinite(reward)]
         if not finite:
             value = None
         elif scheme.representative == "first":
             value = finite[0]
+        elif scheme.representative == "last":
+            value = finite[-1]
         elif scheme.representative == "max":
             value = max(finite)
         else:
@@ -86,57 +118,102 @@ def _units(group, scheme):
     return units
 
 
+def _guarded(centred, std, scheme):
+    """A centred value divided as the scheme's std guard says."""
+    if scheme.std_guard == "positive":
+        return centred / (std + scheme.eps) if std > 0 else centred
+    if scheme.std_guard == "cutoff":
+        return centred / (std + scheme.eps) if std > scheme.eps else 0.0
+    if std + scheme.eps == 0:
+        return 0.0
+    return centred / (std + scheme.eps)
+
+
+def _advantage(value, number, units, members, batch_finite, scheme):
+    """One unit's advantage, from the spec's words (dtype: rounding where the framework's tensors round)."""
+    dtype = scheme.dtype
+    if len(members) == 1:
+        if scheme.singleton == "zero":
+            return 0.0
+        if scheme.singleton == "nan":
+            return math.nan
+        if scheme.scale == "std":
+            if dtype == "float64":
+                return value / (1 + scheme.eps)
+            return round_to(round_to(value, "float32") / round_to(1 + scheme.eps, "float32"), dtype)
+        return value
+    if scheme.baseline == "leave-one-out":
+        others = [v for k, (_, v) in enumerate(units) if k != number and v is not None]
+        spread_set = others
+    else:
+        others = members
+        spread_set = members
+    centred = round_to(value - round_to(_mean(others), dtype), dtype)
+    if scheme.scale == "none":
+        return centred
+    if scheme.std_over == "batch":
+        spread_set = batch_finite
+    std = round_to(_std(spread_set, scheme.std) or 0.0, dtype)
+    if dtype != "float64":
+        denominator = round_to(std + scheme.eps, dtype)
+        if scheme.std_guard == "positive" and not std > 0:
+            return centred
+        if scheme.std_guard == "cutoff" and not std > scheme.eps:
+            return 0.0
+        return round_to(centred / denominator, dtype)
+    return _guarded(centred, std, scheme)
+
+
+def _whiten(batch, values):
+    """verl's masked_whiten over one batch, each row weighted by its response length."""
+    weights = [row["response_length"] if math.isfinite(values[row["_row"]]) else 0 for row in batch]
+    tokens = math.fsum(weights)
+    mean = math.fsum(w * values[row["_row"]] for w, row in zip(weights, batch, strict=True) if w) / (tokens + 1e-8)
+    variance = math.fsum(w * (values[row["_row"]] - mean) ** 2 for w, row in zip(weights, batch, strict=True) if w)
+    variance = variance / (tokens + 1e-8) * tokens / (tokens - 1)
+    for w, row in zip(weights, batch, strict=True):
+        if math.isfinite(values[row["_row"]]):
+            values[row["_row"]] = (values[row["_row"]] - mean) / math.sqrt(variance + 1e-8) if w > 0 else 0.0
+
+
 def oracle_advantages(rows, scheme):
     """Advantages for ``rows`` (dicts with step, position, prompt, trajectory, reward), in input order."""
     result = [None] * len(rows)
     for index, row in enumerate(rows):
         row["_row"] = index
+        row["_reward"] = row["reward"]
+        row["reward"] = round_to(row["reward"], scheme.dtype)
     steps = OrderedDict()
     for row in rows:
         steps.setdefault(row["step"], []).append(row)
-    for batch in steps.values():
-        batch = sorted(batch, key=lambda row: (row["position"], row["_row"]))
-        batch_finite = [row["reward"] for row in batch if math.isfinite(row["reward"])]
-        for group in _batch_groups(batch, scheme):
-            units = _units(group, scheme)
-            members = [value for _, value in units if value is not None]
-            for number, (unit_rows, value) in enumerate(units):
-                if value is None:
-                    advantage = None
-                elif len(members) == 1:
-                    if scheme.singleton == "zero":
-                        advantage = 0.0
-                    elif scheme.singleton == "nan":
-                        advantage = math.nan
-                    elif scheme.scale == "std" and scheme.std_guard == "eps":
-                        advantage = value / (1 + scheme.eps)
+    try:
+        for batch in steps.values():
+            batch = sorted(batch, key=lambda row: (row["position"], row["_row"]))
+            batch_finite = [row["reward"] for row in batch if math.isfinite(row["reward"])]
+            for group, grouped in _batch_groups(batch, scheme):
+                if not grouped:  # rows after the last full slice: mean 0 and std 0, each row on its own
+                    for row in group:
+                        reward = row["reward"]
+                        result[row["_row"]] = reward if scheme.scale == "none" else _guarded(reward, 0.0, scheme)
+                    continue
+                units = _units(group, scheme)
+                members = [value for _, value in units if value is not None]
+                for number, (unit_rows, value) in enumerate(units):
+                    if value is None:
+                        advantage = None
                     else:
-                        advantage = value
-                else:
-                    if scheme.baseline == "leave-one-out":
-                        others = [v for k, (_, v) in enumerate(units) if k != number and v is not None]
-                        spread_set = others
-                    else:
-                        others = members
-                        spread_set = members
-                    centred = value - _mean(others)
-                    if scheme.scale == "none":
-                        advantage = centred
-                    else:
-                        if scheme.std_over == "batch":
-                            spread_set = batch_finite
-                        std = _std(spread_set, scheme.std) or 0.0
-                        if scheme.std_guard == "positive":
-                            advantage = centred / std if std > 0 else centred
-                        else:
-                            advantage = centred / (std + scheme.eps)
-                for row in unit_rows:
-                    if not math.isfinite(row["reward"]):
-                        result[row["_row"]] = math.nan if scheme.nonfinite == "nan" else 0.0
-                    else:
-                        result[row["_row"]] = advantage
-    for row in rows:
-        del row["_row"]
+                        advantage = _advantage(value, number, units, members, batch_finite, scheme)
+                    for row in unit_rows:
+                        result[row["_row"]] = advantage if math.isfinite(row["reward"]) else math.nan
+            if scheme.whiten == "tokens":
+                _whiten(batch, result)
+        for row in rows:
+            if not math.isfinite(row["reward"]):
+                result[row["_row"]] = math.nan if scheme.nonfinite == "nan" else 0.0
+    finally:
+        for row in rows:
+            row["reward"] = row.pop("_reward")
+            del row["_row"]
     return result
 
 

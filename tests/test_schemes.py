@@ -78,8 +78,10 @@ def test_verl_rloo_is_leave_one_out():
 
 
 def test_nemo_loo_divides_only_where_std_is_positive():
+    # NeMo-RL divides by (leave-one-out std + 1e-6) where that std is positive (corpus nemo_rl/README.md); the
+    # middle sample's others are equal: std 0, left unscaled.
     result = advantages([1, 0, 1], [0, 0, 0], "nemo-loo")
-    assert result == pytest.approx([math.sqrt(0.5), -1.0, math.sqrt(0.5)])
+    assert result == pytest.approx([0.5 / (math.sqrt(0.5) + 1e-6), -1.0, 0.5 / (math.sqrt(0.5) + 1e-6)], rel=1e-12)
 
 
 def test_trl_group_leaves_nan_rewards_out_and_gives_them_zero():

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import SchemeError
-from .._table import PROMPT, TRAJECTORY, validate_table
+from .._table import PROMPT, TRAJECTORY, found_in, notes_in, validate_table
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
 from .report import RECORDED_ROW, Report
 from .schemes import Scheme, get_scheme, split_schemes
@@ -213,4 +213,10 @@ def _info(table: pa.Table, encoded: object) -> dict:
     if len(nonfinite):
         info["nonfinite_rows"] = [int(row) for row in nonfinite[:20]]
         info["nonfinite_values"] = [str(float(rewards[row])) for row in nonfinite[:20]]
+    # What the loader found, in the framework's own words: how the samples were grouped, what was left out.
+    found, notes = found_in(table), notes_in(table)
+    if found:
+        info["found"] = found
+    if notes:
+        info["loader_notes"] = notes
     return info

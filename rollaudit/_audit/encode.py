@@ -113,11 +113,19 @@ def _numpy(column: pa.ChunkedArray, dtype: type) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
-def _arrow_codes(column: pa.ChunkedArray) -> tuple[torch.Tensor, int]:
+_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean)
+
+
+def _arrow_codes(column: pa.ChunkedArray, name: str) -> tuple[torch.Tensor, int]:
     """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``)."""
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if array.null_count == len(array):
         return torch.full((len(array),), -1, dtype=torch.int64), 0
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        array = array.dictionary_decode()
+    elif not any(check(kind) for check in _KEY_TYPES):
+        raise SchemeError(f"column {name!r} has type {kind}, which is no key", expected="int or string keys")
     if pa.types.is_integer(array.type):
         filled = array.fill_null(int(pc.min(array).as_py())) if array.null_count else array
         values = _tensor(filled.to_numpy().astype(np.int64, copy=False))
@@ -140,6 +148,8 @@ class Encoded:
         self.device = device
         self.rows = table.num_rows
         self._groups: dict = {}
+        self._keys: dict[str, tuple[torch.Tensor, int]] = {}
+        self._present: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
@@ -188,35 +198,34 @@ class Encoded:
             return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
         return codes
 
-    @cached_property
-    def _prompt_codes(self) -> tuple[torch.Tensor, int]:
-        codes, count = _arrow_codes(self.table.column(PROMPT))
-        return self._to_device(codes), count
+    def key_codes(self, column: str) -> tuple[torch.Tensor, int]:
+        """Compact codes of a key column (-1 where a row has no key) and how many codes there are."""
+        if column not in self._keys:
+            if column not in self.table.column_names:
+                raise SchemeError(f"the table has no column {column!r} to group by", expected="a key column")
+            codes, count = _arrow_codes(self.table.column(column), column)
+            self._keys[column] = self._to_device(codes), count
+        return self._keys[column]
 
     @property
     def prompt(self) -> torch.Tensor:
         """Compact prompt code of each row, -1 where the row has no prompt key."""
-        return self._prompt_codes[0]
+        return self.key_codes(PROMPT)[0]
 
     @property
     def prompt_count(self) -> int:
         """How many prompt codes there are (0: no row has a prompt key)."""
-        return self._prompt_codes[1]
-
-    @cached_property
-    def _trajectory_codes(self) -> tuple[torch.Tensor, int]:
-        codes, count = _arrow_codes(self.table.column(TRAJECTORY))
-        return self._to_device(codes), count
+        return self.key_codes(PROMPT)[1]
 
     @property
     def trajectory(self) -> torch.Tensor:
         """Compact trajectory code of each row, -1 where the row has no trajectory key."""
-        return self._trajectory_codes[0]
+        return self.key_codes(TRAJECTORY)[0]
 
     @property
     def trajectory_count(self) -> int:
         """How many trajectory codes there are (0: no row has a trajectory key)."""
-        return self._trajectory_codes[1]
+        return self.key_codes(TRAJECTORY)[1]
 
     @property
     def every_trajectory_keyed(self) -> bool:
@@ -282,17 +291,26 @@ class Encoded:
         step_start = torch.cumsum(self.step_sizes, 0) - self.step_sizes
         return self.batch_rank - step_start.index_select(0, self.step)
 
-    @cached_property
+    def key_present(self, column: str = PROMPT) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per step: how many rows have a key in ``column``, and the first place (batch order) without one
+        (None when every row has one)."""
+        if column not in self._present:
+            codes, _ = self.key_codes(column)
+            if self.table.column(column).null_count == 0:
+                self._present[column] = self.step_sizes, None
+            else:
+                missing = codes < 0
+                keyed = torch.bincount(self.step[~missing], minlength=self.steps)
+                missing_rank = torch.where(missing, self.rank, torch.iinfo(torch.int64).max)
+                first_missing = torch.full((self.steps,), torch.iinfo(torch.int64).max, device=self.device)
+                first_missing.scatter_reduce_(0, self.step, missing_rank, "amin")
+                self._present[column] = keyed, first_missing
+        return self._present[column]
+
+    @property
     def prompt_present(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per step: how many rows have a prompt key, and the first place (batch order) without one."""
-        if self.table.column(PROMPT).null_count == 0:
-            return self.step_sizes, None
-        missing = self.prompt < 0
-        keyed = torch.bincount(self.step[~missing], minlength=self.steps)
-        missing_rank = torch.where(missing, self.rank, torch.iinfo(torch.int64).max)
-        first_missing = torch.full((self.steps,), torch.iinfo(torch.int64).max, device=self.device)
-        first_missing.scatter_reduce_(0, self.step, missing_rank, "amin")
-        return keyed, first_missing
+        return self.key_present(PROMPT)
 
 
 def encode(table: pa.Table, device: str | torch.device = "auto") -> Encoded:

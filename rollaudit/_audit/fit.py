@@ -11,6 +11,7 @@ answer, or says that no preset matches.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import SchemeError
-from .._table import PROMPT, RECORDED_ADVANTAGE, STEP, validate_table
+from .._table import PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
 from .schemes import PRESETS, Scheme, get_scheme
 
 if TYPE_CHECKING:
@@ -106,19 +107,61 @@ def candidate_schemes(table: pa.Table) -> list[str]:
     """The presets that can run on ``table`` without the user's parameters.
 
     Every preset that needs no ``n``; the slicing presets (``positional``, ``slime-legacy``, ``trl-group``,
-    ``trl-batch``) only when ``n`` can be inferred from uniform prompt sizes, as ``NAME(n=N)``.
+    ``trl-batch``, ``areal-stride``) only when ``n`` can be inferred from uniform prompt sizes, as ``NAME(n=N)``.
+    Presets that cannot apply are left out: one grouping by a column the table lacks, one whitening by tokens
+    without response lengths, one requiring siblings to share a reward when some trajectory's do not.
     """
     n = uniform_prompt_size(table)
+    siblings_agree = legacy_ns = None
     names = []
     for name, scheme in PRESETS.items():
         if name == "custom":
             continue  # a blank description: the same numbers as ``prompt``
-        if scheme.groups in ("positional", "legacy"):
+        if scheme.group_by not in table.column_names:
+            continue
+        if scheme.whiten == "tokens" and table.column(RESPONSE_LENGTH).null_count:
+            continue
+        if scheme.siblings == "equal":
+            siblings_agree = _siblings_agree(table) if siblings_agree is None else siblings_agree
+            if not siblings_agree:
+                continue
+        if scheme.groups == "positional":
             if n is not None:
                 names.append(f"{name}(n={n})")
+        elif scheme.groups == "legacy":
+            legacy_ns = legacy_ns if legacy_ns is not None else _legacy_sizes(table, n)
+            names += [f"{name}(n={size})" for size in legacy_ns]
         else:
             names.append(name)
     return names
+
+
+def _legacy_sizes(table: pa.Table, uniform: int | None) -> list[int]:
+    """The ``n`` a slime-legacy run may have used: the uniform prompt size, and N / B of every step whose sample
+    count N its number of prompts B divides (the slices legacy slime cut there), at most a few."""
+    sizes = [] if uniform is None else [uniform]
+    if table.num_rows and not table.column(PROMPT).null_count:
+        counts = table.select([STEP, PROMPT]).group_by([STEP, PROMPT]).aggregate([([], "count_all")])
+        per_step = counts.group_by([STEP]).aggregate([("count_all", "sum"), ("count_all", "count")])
+        for samples, prompts in zip(
+            per_step.column("count_all_sum").to_pylist(), per_step.column("count_all_count").to_pylist(), strict=True
+        ):
+            if samples % prompts == 0:
+                sizes.append(samples // prompts)
+    return list(dict.fromkeys(sizes))[:4]
+
+
+def _siblings_agree(table: pa.Table) -> bool:
+    """Whether the samples of every (step, prompt, trajectory) share one reward (a keyless sample is alone)."""
+    keyed = table.filter(pc.is_valid(table.column(TRAJECTORY))).select([STEP, PROMPT, TRAJECTORY, REWARD])
+    if keyed.num_rows == 0:
+        return True
+    rewards = pc.fill_null(keyed.column(REWARD), math.nan)
+    if pc.any(pc.is_nan(rewards)).as_py():
+        return False  # NaN equals nothing: a NaN sibling never agrees
+    spread = keyed.group_by([STEP, PROMPT, TRAJECTORY]).aggregate([(REWARD, "min_max")])
+    extremes = spread.column(f"{REWARD}_min_max")
+    return bool(pc.all(pc.equal(pc.struct_field(extremes, "min"), pc.struct_field(extremes, "max"))).as_py())
 
 
 def fit_presets(

@@ -15,6 +15,7 @@ from functools import cached_property
 import torch
 
 from .._errors import SchemeError
+from .._table import PROMPT
 from .encode import F64, Encoded, compact_codes, pieces
 from .schemes import Scheme
 
@@ -32,9 +33,13 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return _pair_codes(enc.step if not enc.single_step else minor, minor, single_major=enc.single_step)
 
 
-def _slice_groups(enc: Encoded, n: int, label: str) -> tuple[torch.Tensor, int]:
+def _slice_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
+    """Consecutive slices of n in batch order; a step n does not divide is an error, unless the rows after its
+    last full slice are left unnormalized (``remainder``: they form a partial slice that ``ungrouped_rows``
+    marks)."""
+    n = scheme.require_n()
     bad = (enc.step_sizes % n) != 0
-    if bool(bad.any()):
+    if scheme.remainder == "error" and bool(bad.any()):
         step = int(torch.nonzero(bad)[0])
         raise SchemeError(
             f"{label}: step {enc.step_values[step]} has {int(enc.step_sizes[step])} samples, "
@@ -43,64 +48,88 @@ def _slice_groups(enc: Encoded, n: int, label: str) -> tuple[torch.Tensor, int]:
     return _step_pairs(enc, enc.rank // n)
 
 
-def _prompt_groups(enc: Encoded, n: int | None, label: str) -> tuple[torch.Tensor, int]:
-    """One group per (step, prompt); a step with no prompt keys at all falls back to slices of n."""
-    keyed, first_missing = enc.prompt_present
+def ungrouped_rows(enc: Encoded, scheme: Scheme) -> torch.Tensor | None:
+    """Rows after the last full slice of n of their step under ``remainder="unnormalized"`` (AReaL: mean 0,
+    std 0), or None when there are none."""
+    if scheme.groups != "positional" or scheme.remainder != "unnormalized":
+        return None
+    n = scheme.require_n()
+    full = (enc.step_sizes // n) * n
+    if bool((full == enc.step_sizes).all()):
+        return None
+    return enc.rank >= full.index_select(0, enc.step) if not enc.single_step else enc.rank >= full[0]
+
+
+def _key_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
+    """One group per (step, key of the ``group_by`` column); steps with missing keys follow ``missing_keys``."""
+    column = scheme.group_by
+    codes, count = enc.key_codes(column)
+    keyed, first_missing = enc.key_present(column)
     if first_missing is None:
-        # One step: the prompt codes are the group codes already.
-        return (enc.prompt, enc.prompt_count) if enc.single_step else _step_pairs(enc, enc.prompt)
+        # One step: the key codes are the group codes already.
+        return (codes, count) if enc.single_step else _step_pairs(enc, codes)
+    if scheme.missing_keys == "legacy":
+        # slime PR #2062: a step where any key is missing falls back to the legacy rule; its slices (or its
+        # whole-step group) are coded after every key code.
+        complete = keyed == enc.step_sizes
+        fallback = _legacy_minor(enc, scheme, label, column)
+        return _step_pairs(enc, torch.where(complete[enc.step], codes, max(count, 0) + fallback))
     partial = (keyed > 0) & (keyed < enc.step_sizes)
+    what = "prompt key" if column == PROMPT else f"{column!r} key"
     if bool(partial.any()):
         step = int(torch.nonzero(partial)[0])
         raise SchemeError(
             f"{label}: the sample at position {int(first_missing[step])} of step {enc.step_values[step]} "
-            "has no prompt key while others do; a baseline cannot be guessed"
+            f"has no {what} while others do; a baseline cannot be guessed"
         )
     unkeyed = keyed == 0
+    n = scheme.n
     sizes = enc.step_sizes
     if n is None or bool(((sizes % n != 0) & unkeyed).any()):
         raise SchemeError(
-            f"{label}: prompt keys are required when groups are not uniformly sized"
+            f"{label}: {what}s are required when groups are not uniformly sized"
             + ("" if n is None else f" (a step without keys has a sample count that n={n} does not divide)")
         )
-    # Rows of keyless steps get slice ids placed after every prompt code.
-    slice_key = max(int(enc.prompt.max()), 0) + 1 + enc.rank // n
-    return _step_pairs(enc, torch.where(unkeyed[enc.step], slice_key, enc.prompt))
+    # Rows of keyless steps get slice ids placed after every key code.
+    slice_key = max(int(codes.max()), 0) + 1 + enc.rank // n
+    return _step_pairs(enc, torch.where(unkeyed[enc.step], slice_key, codes))
 
 
-def _legacy_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
-    """slime before PR #2204: slices of n when the step has n * B samples, else the whole step."""
+def _legacy_minor(enc: Encoded, scheme: Scheme, label: str, column: str = PROMPT) -> torch.Tensor:
+    """slime before PR #2204, per row: ``1 + rank // n`` where the step has n * B samples (slices of n), else 0
+    (the whole step). B is ``batch_size``, else the step's number of distinct keys (every key present)."""
     n = scheme.require_n()
     if scheme.batch_size is not None:
         prompts_per_step = torch.full((enc.steps,), scheme.batch_size, device=enc.device)
     else:
-        keyed, _ = enc.prompt_present
+        keyed, _ = enc.key_present(column)
         if bool((keyed < enc.step_sizes).any()):
+            name = (scheme.name or "slime-legacy").split("(")[0]
             raise SchemeError(
-                f"{label}: without prompt keys, give batch_size (rollout_batch_size), "
-                "e.g. slime-legacy(n=8, batch_size=32)"
+                f"{label}: without prompt keys, give batch_size (rollout_batch_size), e.g. {name}(n={n}, batch_size=32)"
             )
-        pairs, count = _step_pairs(enc, enc.prompt)
+        codes, _ = enc.key_codes(column)
+        pairs, count = _step_pairs(enc, codes)
         present = torch.bincount(pairs, minlength=count) > 0
         pair_step = torch.zeros(count, dtype=torch.int64, device=enc.device).scatter_(0, pairs, enc.step)
         prompts_per_step = torch.bincount(pair_step[present], minlength=enc.steps)
     uniform = enc.step_sizes == n * prompts_per_step
-    return _step_pairs(enc, torch.where(uniform[enc.step], 1 + enc.rank // n, torch.zeros_like(enc.rank)))
+    return torch.where(uniform[enc.step], 1 + enc.rank // n, torch.zeros_like(enc.rank))
 
 
 def group_codes(enc: Encoded, scheme: Scheme) -> tuple[torch.Tensor, int]:
     """Compact group code per row (gaps allowed) and the code count, for a scheme's ``groups``."""
     label = scheme.name or "scheme"
-    cache_key = (scheme.groups, scheme.n, scheme.batch_size)
+    cache_key = (scheme.groups, scheme.group_by, scheme.missing_keys, scheme.remainder, scheme.n, scheme.batch_size)
     if cache_key not in enc._groups:
         if scheme.groups == "batch":
             result = enc.step, enc.steps
         elif scheme.groups == "prompt":
-            result = _prompt_groups(enc, scheme.n, label)
+            result = _key_groups(enc, scheme, label)
         elif scheme.groups == "positional":
-            result = _slice_groups(enc, scheme.require_n(), label)
+            result = _slice_groups(enc, scheme, label)
         else:
-            result = _legacy_groups(enc, scheme, label)
+            result = _step_pairs(enc, _legacy_minor(enc, scheme, label))
         enc._groups[cache_key] = result
     return enc._groups[cache_key]
 
@@ -126,6 +155,12 @@ class Units:
         first = first_ranks(self.enc, self.of_row, self.count)
         return self.enc.row_at(first.clamp_(max=self.enc.rows - 1))
 
+    @cached_property
+    def last_row(self) -> torch.Tensor:
+        """Each unit's last row in batch order (any row for an empty code: never read)."""
+        last = last_ranks(self.enc, self.of_row, self.count)
+        return self.enc.row_at(last.clamp_(min=0))
+
 
 NO_RANK = torch.iinfo(torch.int64).max
 
@@ -134,6 +169,12 @@ def first_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Ten
     """The smallest of ``ranks`` (default: batch ranks) among each unit's rows; ``NO_RANK`` where none."""
     first = torch.full((count,), NO_RANK, device=enc.device)
     return first.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amin")
+
+
+def last_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
+    """The largest of ``ranks`` (default: batch ranks) among each unit's rows; -1 where none."""
+    last = torch.full((count,), -1, device=enc.device)
+    return last.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amax")
 
 
 def _all_equal_gathered(source: torch.Tensor, index: torch.Tensor, expected: torch.Tensor) -> bool:

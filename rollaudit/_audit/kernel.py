@@ -5,6 +5,8 @@ tensor once; ``advantages`` applies one :class:`~rollaudit.Scheme` with
 segment reductions (scatter sums over dense group codes), so the cost is a
 handful of vector passes whatever the number of groups. Sums are float64
 whatever the input dtype: float32 scatter sums lose digits on large groups.
+A scheme whose framework computed in float32 or bfloat16 (``dtype``) rounds
+the values it rounded, where it rounded them.
 
 On the CPU, fresh memory is a cost of its own (first touches of new pages
 can cost as much as the arithmetic on them), so two-step passes run piece by
@@ -20,34 +22,62 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .._errors import SchemeError
+from .._table import PROMPT, STEP, TRAJECTORY
 from .encode import F64, Encoded
-from .groups import NO_RANK, Segments, Units, first_ranks, group_codes, segments_of, step_segments, trajectory_units
+from .groups import (
+    NO_RANK,
+    Segments,
+    Units,
+    first_ranks,
+    group_codes,
+    last_ranks,
+    segments_of,
+    step_segments,
+    trajectory_units,
+    ungrouped_rows,
+)
 from .schemes import Scheme
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# verl's masked_whiten: the small constants of its masked mean and its variance.
+_WHITEN_EPS = 1e-8
+
+
+def _rounded(values: torch.Tensor, scheme: Scheme) -> torch.Tensor:
+    """``values`` rounded (to nearest, ties to even) to the scheme's dtype, back in float64; as they are in float64."""
+    if scheme.dtype == "float64":
+        return values
+    return values.to(DTYPES[scheme.dtype]).to(F64)
 
 
 def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(value, valid) per unit: the representative reward over the unit's finite samples; valid is
     None when every unit has one (every reward finite), else False for a unit without a finite sample."""
     count = units.count
+    choice = scheme.representative
     if enc.all_finite:
-        if scheme.representative == "first":
-            return enc.reward.index_select(0, units.first_row), None
-        if scheme.representative == "mean":
+        if choice in ("first", "last"):
+            return enc.reward.index_select(0, units.first_row if choice == "first" else units.last_row), None
+        if choice == "mean":
             return torch.bincount(units.of_row, weights=enc.reward, minlength=count).div_(
                 torch.bincount(units.of_row, minlength=count).clamp_(min=1)
             ), None
         value = torch.full((count,), -torch.inf, dtype=F64, device=enc.device)
         return value.scatter_reduce_(0, units.of_row, enc.reward, "amax"), None
     finite = enc.finite
-    if scheme.representative == "first":
-        # First finite member in batch order: the smallest batch rank among the unit's finite rows.
-        first = first_ranks(enc, units.of_row, count, torch.where(finite, enc.batch_rank, NO_RANK))
-        invalid = first == NO_RANK
-        value = enc.reward.index_select(0, enc.row_at(first.masked_fill_(invalid, 0)))
+    if choice in ("first", "last"):
+        # First (last) finite member in batch order: the smallest (largest) batch rank among its finite rows.
+        if choice == "first":
+            rank = first_ranks(enc, units.of_row, count, torch.where(finite, enc.batch_rank, NO_RANK))
+            invalid = rank == NO_RANK
+        else:
+            rank = last_ranks(enc, units.of_row, count, torch.where(finite, enc.batch_rank, -1))
+            invalid = rank < 0
+        value = enc.reward.index_select(0, enc.row_at(rank.masked_fill_(invalid, 0)))
         return value.masked_fill_(invalid, 0.0), ~invalid
     finite_count = torch.bincount(units.of_row[finite], minlength=count)
     valid = finite_count > 0
-    if scheme.representative == "mean":
+    if choice == "mean":
         safe_reward = torch.where(finite, enc.reward, 0.0)
         value = torch.bincount(units.of_row, weights=safe_reward, minlength=count) / finite_count.clamp(min=1)
     else:
@@ -56,30 +86,102 @@ def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.
     return torch.where(valid, value, 0.0), valid
 
 
+def check_siblings(enc: Encoded, scheme: Scheme, units: Units) -> None:
+    """``siblings="equal"``: every sample of a trajectory carries its trajectory's reward (NaN equals nothing,
+    as in slime PR #2062 and agent-lightning); the first trajectory that does not is an error naming it."""
+    first = units.first_row.index_select(0, units.of_row)
+    rows = torch.arange(enc.rows, device=enc.device)
+    differ = (rows != first) & (enc.reward != enc.reward.index_select(0, first))
+    if not bool(differ.any()):
+        return
+    row = int(torch.nonzero(differ)[0])
+    head = int(first[row])
+    table = enc.table
+    trajectory = table.column(TRAJECTORY)[row].as_py()
+    prompt = table.column(scheme.group_by if scheme.group_by != TRAJECTORY else PROMPT)[row].as_py()
+    step = table.column(STEP)[row].as_py()
+    rewards = ", ".join(f"{float(enc.reward[index]):g}" for index in (head, row))
+    raise SchemeError(
+        f"{scheme.name or 'scheme'}: trajectory {trajectory!r} (prompt {prompt!r}, step {step}) has samples with "
+        f"different rewards: rows {head} and {row} have {rewards}",
+        expected="one reward shared by every sample of a trajectory",
+    )
+
+
 def _singleton_values(scheme: Scheme, value: torch.Tensor) -> torch.Tensor:
     """Advantage of a group's only member: 0, NaN, or the raw reward under mean 0 and std 1."""
     if scheme.singleton == "zero":
         return torch.zeros_like(value)
     if scheme.singleton == "nan":
         return torch.full_like(value, torch.nan)
-    if scheme.scale == "std" and scheme.std_guard == "eps":
-        return value / (1 + scheme.eps)
+    if scheme.scale == "std":
+        if scheme.dtype == "float64":
+            return value / (1 + scheme.eps)
+        # A framework's 0-d float32 tensors (mean 0, std 1): divided in float32, rounded when stored.
+        divided = value.to(torch.float32) / torch.tensor(1 + scheme.eps, dtype=torch.float32, device=value.device)
+        return _rounded(divided.to(F64), scheme)
     return value
 
 
-def _std_factor(scheme: Scheme, spread: torch.Tensor, count: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """1 / std (guarded) from sums of squared deviations and member counts (``overwrite``: reuse ``spread``).
+def _std(scheme: Scheme, spread: torch.Tensor, count: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
+    """Standard deviations from sums of squared deviations and member counts (``overwrite``: reuse ``spread``).
 
-    An undefined std (fewer members than the estimator needs) counts as 0;
-    the caller patches one-member groups.
+    An undefined std (fewer members than the estimator needs) counts as 0; the caller patches one-member groups.
     """
     divisor = (count - 1).clamp_(min=1) if scheme.std == "unbiased" else count.clamp(min=1)
-    std = (spread.div_(divisor) if overwrite else spread / divisor).sqrt_()
+    return (spread.div_(divisor) if overwrite else spread / divisor).sqrt_()
+
+
+def _std_factor(scheme: Scheme, std: torch.Tensor) -> torch.Tensor:
+    """The factor a centred value is scaled by, from the std (``std_guard``; ``std`` may be overwritten):
+    ``1 / (std + eps)``; where std is 0, 1 for ``positive`` (NeMo-RL leaves it unscaled); 0 where std <= eps for
+    ``cutoff`` (ROLL)."""
     if scheme.std_guard == "positive":
-        return torch.where(std > 0, std.reciprocal(), 1.0)
-    factor = std.add_(scheme.eps).reciprocal_()
+        return torch.where(std > 0, (std + scheme.eps).reciprocal(), 1.0)
+    if scheme.std_guard == "cutoff":
+        return torch.where(std > scheme.eps, (std + scheme.eps).reciprocal(), 0.0)
+    factor = std.add_(scheme.eps).reciprocal_()  # the caller's own tensor
     # eps = 0 and std = 0: every deviation is 0, and so is the advantage (never 0 / 0).
     return factor.masked_fill_(torch.isinf(factor), 0.0) if scheme.eps == 0 else factor
+
+
+def _rounded_affine(
+    scheme: Scheme, groups: Segments, value: torch.Tensor, mean: torch.Tensor, spread: torch.Tensor, count: torch.Tensor
+) -> torch.Tensor:
+    """``(r - mean) / (std + eps)`` rounded where a framework computing in ``scheme.dtype`` rounds: the mean, the
+    centred value, the std, ``std + eps`` and the quotient (the std from the exact deviations, as torch.std)."""
+    centred = _rounded(value - groups.spread(_rounded(mean, scheme)), scheme)
+    if scheme.scale == "none":
+        return centred
+    std = _rounded(_std(scheme, spread, count), scheme)
+    denominator = _rounded(std + scheme.eps, scheme)
+    if scheme.std_guard == "positive":
+        denominator = torch.where(std > 0, denominator, 1.0)
+    elif scheme.std_guard == "cutoff":
+        denominator = torch.where(std > scheme.eps, denominator, torch.inf)
+    return _rounded(centred / groups.spread(denominator), scheme)
+
+
+def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.Tensor:
+    """verl's ``masked_whiten`` over each step, every sample weighted by its response length (its tokens):
+    ``(a - mu) / sqrt(var + 1e-8)`` with a Bessel-corrected token variance; a sample with no token gets 0."""
+    if enc.response_length is None or bool(torch.isnan(enc.response_length).any()):
+        raise SchemeError(
+            f"{scheme.name or 'scheme'}: whitening by tokens needs the response length of every sample",
+            expected="a response_length column (a dump that records token counts, or --... a table with one)",
+        )
+    steps = step_segments(enc)
+    defined = torch.isfinite(values)
+    weight = torch.where(defined, enc.response_length, 0.0)
+    safe = torch.where(defined, values, 0.0)
+    tokens = steps.sum(weight)
+    mean = steps.sum(weight * safe) / (tokens + _WHITEN_EPS)
+    centred = safe - steps.spread(mean)
+    variance = steps.sum(weight * centred * centred) / (tokens + _WHITEN_EPS)
+    variance = variance * tokens / (tokens - 1)
+    whitened = centred * steps.spread((variance + _WHITEN_EPS).rsqrt())
+    whitened = torch.where(weight > 0, whitened, 0.0)
+    return torch.where(defined, whitened, values)
 
 
 def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
@@ -90,6 +192,8 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     """
     group_of_row, group_count = group_codes(enc, scheme)
     units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
+    if units is not None and scheme.siblings == "equal":
+        check_siblings(enc, scheme, units)
     if units is None:
         # The members are the samples themselves.
         unit_of_row = None
@@ -100,6 +204,8 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
         groups = Segments(units.group, group_count + 1, units.count, enc.device)
+    value = _rounded(value, scheme)
+    reduced = scheme.dtype != "float64"
 
     weight = None if valid is None else valid.to(F64)
     count = groups.sizes if weight is None else groups.sum(weight)
@@ -111,22 +217,25 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         mean = torch.where(singleton, 0.0, mean)  # raw: a lone member keeps r (mean 0, std 1)
     # Two passes (mean first, then squared deviations): exact where a one-pass sum cancels. Unit values
     # are this call's own tensor; affine schemes never read them again, so they are centred in place.
-    deviation = groups.deviation(value, mean, in_place=units is not None and affine)
+    in_place = units is not None and affine and not reduced and value is not enc.reward
+    deviation = groups.deviation(value, mean, in_place=in_place)
     if weight is not None:
         deviation.mul_(weight)
     group_spread = groups.sum_of_squares(deviation)
 
-    if affine:
+    if affine and reduced:
+        unit_advantage = _rounded_affine(scheme, groups, value, mean, group_spread, count)
+    elif affine:
         # Affine per group: A = (r - mean_g) * factor_g. A lone member's deviation is exactly 0,
         # so singleton=zero needs no patch; nan and raw set the lone members' factor.
         factor = (
             torch.ones_like(count)
             if scheme.scale == "none"
-            else _std_factor(scheme, group_spread, count, overwrite=True)
+            else _std_factor(scheme, _std(scheme, group_spread, count, overwrite=True))
         )
         if has_singletons:
-            lone = float(_singleton_values(scheme, torch.ones(1, dtype=F64)))  # 0, NaN, or raw's 1 / (1 + eps)
-            factor = factor.masked_fill_(singleton, lone)
+            lone = float(_singleton_values(scheme.with_options(dtype="float64"), torch.ones(1, dtype=F64)))
+            factor = factor.masked_fill_(singleton, lone)  # 0, NaN, or raw's 1 / (1 + eps)
         unit_advantage = groups.scale_(deviation, factor)
         has_singletons = False
     else:
@@ -156,12 +265,22 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
                     step_deviation = step_deviation * weight
                 spread = steps.spread(steps.sum(step_deviation * step_deviation))
                 spread_count = steps.spread(step_count)
-            unit_advantage = centred * _std_factor(scheme, spread, spread_count)
+            unit_advantage = centred * _std_factor(scheme, _std(scheme, spread, spread_count))
+        unit_advantage = _rounded(unit_advantage, scheme)
 
     if has_singletons:
         unit_advantage = torch.where(groups.spread(singleton), _singleton_values(scheme, value), unit_advantage)
     # Without units, the advantage is this call's own tensor (never the input): patched in place below.
     result = unit_advantage if unit_of_row is None else unit_advantage.index_select(0, unit_of_row)
+    if result is enc.reward:
+        result = result.clone()
+    ungrouped = ungrouped_rows(enc, scheme)
+    if ungrouped is not None:
+        # No group (AReaL's stride remainder): mean 0 and std 0, so the reward scaled as a std of 0 scales it.
+        alone = _rounded(enc.reward, scheme) * _std_factor(scheme, torch.zeros(1, dtype=F64, device=enc.device))
+        result = torch.where(ungrouped, enc.reward if scheme.scale == "none" else alone, result)
+    if scheme.whiten == "tokens":
+        result = _whiten_tokens(enc, scheme, result)
     if not enc.all_finite:
         result.masked_fill_(~enc.finite, torch.nan if scheme.nonfinite == "nan" else 0.0)
     return result

@@ -20,14 +20,19 @@ Groups = Literal["batch", "prompt", "positional", "legacy"]
 _CHOICES: dict[str, tuple[str, ...]] = {
     "groups": ("batch", "prompt", "positional", "legacy"),
     "members": ("samples", "trajectories"),
-    "representative": ("first", "max", "mean"),
+    "representative": ("first", "last", "max", "mean"),
     "baseline": ("mean", "leave-one-out"),
     "scale": ("std", "none"),
     "std": ("unbiased", "population"),
     "std_over": ("group", "batch"),
-    "std_guard": ("eps", "positive"),
+    "std_guard": ("eps", "positive", "cutoff"),
     "singleton": ("zero", "raw", "nan"),
     "nonfinite": ("nan", "zero"),
+    "dtype": ("float64", "float32", "bfloat16"),
+    "siblings": ("any", "equal"),
+    "missing_keys": ("slices", "legacy"),
+    "remainder": ("error", "unnormalized"),
+    "whiten": ("none", "tokens"),
 }
 
 
@@ -36,39 +41,69 @@ class Scheme:
     """How advantages are made from rewards.
 
     groups
-        ``batch`` (one group per step), ``prompt`` (one per prompt key; all
-        keys missing: consecutive slices of ``n``), ``positional``
+        ``batch`` (one group per step), ``prompt`` (one per key of the
+        ``group_by`` column, the prompt key by default), ``positional``
         (consecutive slices of ``n`` in batch order), ``legacy`` (slime before
         PR #2204: slices of ``n`` when the step has exactly ``n * batch_size``
         samples, else the whole step).
+    group_by
+        the column whose keys are the groups of ``groups="prompt"``: ``prompt``,
+        or any key column of the table (``trajectory``, an environment ``tag``).
+    missing_keys
+        a step where keys are missing, under ``groups="prompt"``: ``slices``
+        (slime PR #2204: all missing, consecutive slices of ``n``; some missing,
+        an error) or ``legacy`` (slime PR #2062: any missing, the ``legacy`` rule).
+    remainder
+        rows after the last full slice of ``n`` (``positional``): ``error``, or
+        ``unnormalized`` (AReaL: mean 0 and std 0, so ``r / eps``; issue #1673).
     members
         ``samples``, or ``trajectories``: one ``representative`` reward
-        (``first`` in batch order, ``max`` or ``mean``) per distinct
-        (prompt, trajectory); its advantage goes to all of the trajectory's samples.
+        (``first`` or ``last`` in batch order, ``max`` or ``mean``) per distinct
+        (group, trajectory); its advantage goes to all of the trajectory's samples.
+    siblings
+        under ``members="trajectories"``: ``any``, or ``equal`` (a trajectory
+        whose samples carry different rewards is an error naming it).
     baseline
         ``mean`` of the group, or ``leave-one-out`` (mean of the other members).
     scale, std, std_over, std_guard, eps
         ``scale="std"`` divides by the group's (``std_over="group"``) or the
         whole step's (``"batch"``) standard deviation, ``unbiased`` (n-1) or
         ``population`` (n); ``std_guard="eps"`` divides by ``std + eps``,
-        ``"positive"`` only where std > 0 (NeMo-RL). ``scale="none"`` is Dr.GRPO.
+        ``"positive"`` by ``std + eps`` only where std > 0 (NeMo-RL), ``"cutoff"``
+        by ``std + eps`` where std > eps and gives 0 elsewhere (ROLL).
+        ``scale="none"`` is Dr.GRPO.
     singleton
         a group with one member: ``zero``; ``raw`` (mean 0, std 1: ``r / (1 + eps)``);
-        or ``nan`` (what slime's legacy path produced, flagged by the audit).
+        or ``nan`` (undefined: what slime's legacy path produced, or a group
+        rllm drops from training; flagged by the audit).
+    whiten
+        ``tokens``: after the group step, one whitening over each step weighted
+        by response lengths (verl's ``masked_whiten``: REINFORCE++ with baseline).
+    dtype
+        the arithmetic the framework did: ``float64`` (exact), or ``float32`` /
+        ``bfloat16``, which round the rewards, the group means and stds, the
+        centred values, ``std + eps`` and the advantages as that framework's
+        tensors of that dtype do.
     nonfinite
         advantage of a sample whose reward is NaN or inf (always left out of
         every statistic): ``nan`` (undefined, counted by the audit) or ``zero`` (TRL).
     """
 
     groups: Groups = "prompt"
+    group_by: str = "prompt"
+    missing_keys: Literal["slices", "legacy"] = "slices"
+    remainder: Literal["error", "unnormalized"] = "error"
     members: Literal["samples", "trajectories"] = "samples"
-    representative: Literal["first", "max", "mean"] = "first"
+    representative: Literal["first", "last", "max", "mean"] = "first"
+    siblings: Literal["any", "equal"] = "any"
     baseline: Literal["mean", "leave-one-out"] = "mean"
     scale: Literal["std", "none"] = "std"
     std: Literal["unbiased", "population"] = "unbiased"
     std_over: Literal["group", "batch"] = "group"
-    std_guard: Literal["eps", "positive"] = "eps"
+    std_guard: Literal["eps", "positive", "cutoff"] = "eps"
     singleton: Literal["zero", "raw", "nan"] = "zero"
+    whiten: Literal["none", "tokens"] = "none"
+    dtype: Literal["float64", "float32", "bfloat16"] = "float64"
     nonfinite: Literal["nan", "zero"] = "nan"
     eps: float = 1e-6
     n: int | None = None
@@ -87,6 +122,10 @@ class Scheme:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SchemeError(f"{label}: {key}={value!r} must be a positive integer")
+        if not isinstance(self.group_by, str) or not self.group_by:
+            raise SchemeError(f"{label}: group_by={self.group_by!r} must name a column")
+        if self.whiten == "tokens" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
+            raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
 
     def require_n(self) -> int:
         """``n`` for the slicing schemes, or an error that says how to give it."""
@@ -119,23 +158,62 @@ PRESETS: dict[str, Scheme] = {
     "prompt": Scheme(groups="prompt", name="prompt"),
     "trajectory": Scheme(groups="prompt", members="trajectories", name="trajectory"),
     "positional": Scheme(groups="positional", name="positional"),
-    # Framework presets: exact reproductions of what a run did.
+    # Framework presets: exact reproductions of what a run did (shared/spec/schemes.md).
     "slime-legacy": Scheme(groups="legacy", singleton="nan", name="slime-legacy"),
     "slime-2204": Scheme(groups="prompt", singleton="zero", name="slime-2204"),
+    "slime-2062": Scheme(
+        groups="prompt", missing_keys="legacy", members="trajectories", siblings="equal", name="slime-2062"
+    ),
     "verl-grpo": Scheme(groups="prompt", singleton="raw", name="verl-grpo"),
+    "verl-grpo-v1": Scheme(
+        groups="prompt", members="trajectories", representative="last", singleton="raw", name="verl-grpo-v1"
+    ),
     "verl-rloo": Scheme(groups="prompt", baseline="leave-one-out", scale="none", singleton="raw", name="verl-rloo"),
+    "verl-rloo-vectorized": Scheme(
+        groups="prompt", baseline="leave-one-out", scale="none", singleton="zero", name="verl-rloo-vectorized"
+    ),
+    "verl-rpp-baseline": Scheme(
+        groups="prompt", scale="none", singleton="raw", whiten="tokens", name="verl-rpp-baseline"
+    ),
     "dr-grpo": Scheme(groups="prompt", scale="none", name="dr-grpo"),
     "trl-group": Scheme(groups="positional", eps=1e-4, nonfinite="zero", name="trl-group"),
     "trl-batch": Scheme(groups="positional", std_over="batch", eps=1e-4, nonfinite="zero", name="trl-batch"),
-    "nemo-loo": Scheme(groups="prompt", baseline="leave-one-out", std_guard="positive", eps=0.0, name="nemo-loo"),
+    "nemo-loo": Scheme(groups="prompt", baseline="leave-one-out", std_guard="positive", name="nemo-loo"),
+    "nemo-grpo": Scheme(groups="prompt", std_guard="positive", name="nemo-grpo"),
     "agl-dedup": Scheme(
         groups="prompt", members="trajectories", representative="first", singleton="raw", name="agl-dedup"
     ),
+    "agl-rollout": Scheme(
+        groups="prompt",
+        members="trajectories",
+        representative="first",
+        siblings="equal",
+        singleton="raw",
+        dtype="bfloat16",
+        name="agl-rollout",
+    ),
+    "areal-group": Scheme(groups="prompt", eps=1e-5, name="areal-group"),
+    "areal-stride": Scheme(groups="positional", remainder="unnormalized", eps=1e-5, name="areal-stride"),
+    "areal-batch": Scheme(groups="batch", eps=1e-5, name="areal-batch"),
+    "areal-loo": Scheme(groups="prompt", baseline="leave-one-out", scale="none", name="areal-loo"),
+    "rllm-grpo": Scheme(groups="prompt", members="trajectories", std="population", singleton="nan", name="rllm-grpo"),
+    "rllm-rloo": Scheme(
+        groups="prompt",
+        members="trajectories",
+        baseline="leave-one-out",
+        scale="none",
+        singleton="nan",
+        name="rllm-rloo",
+    ),
+    "rllm-verl-legacy": Scheme(groups="prompt", group_by="trajectory", singleton="raw", name="rllm-verl-legacy"),
+    "roll-grpo": Scheme(groups="prompt", std_guard="cutoff", name="roll-grpo"),
+    "roll-grpo-tags": Scheme(groups="prompt", group_by="tag", std_guard="cutoff", name="roll-grpo-tags"),
+    "roll-grpo-batch": Scheme(groups="batch", std_guard="cutoff", name="roll-grpo-batch"),
     # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
     "custom": Scheme(name="custom"),
 }
 
-_SPEC_KEYS = ("eps", "scale", "std", "singleton", "representative", "n", "batch_size")
+_SPEC_KEYS = ("eps", "scale", "std", "singleton", "representative", "n", "batch_size", "dtype")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(Scheme) if f.name != "name")
 _STRING = re.compile(r"^\s*([A-Za-z][\w.-]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
@@ -158,7 +236,7 @@ def get_scheme(spec: str | Scheme) -> Scheme:
     """The scheme a string names: ``NAME`` or ``NAME(key=value, ...)``.
 
     ``NAME`` is a preset (``rollaudit.PRESETS``); keys are those of the spec
-    (eps, scale, std, singleton, representative, n, batch_size) plus any other
+    (eps, scale, std, singleton, representative, n, batch_size, dtype) plus any other
     field of :class:`Scheme`. The result's ``name`` is the string as given.
 
     >>> get_scheme("prompt(scale=none)").scale

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .._errors import InputError, UsageError
-from .._table import POSITION, STEP, concat_tables
+from .._table import POSITION, STEP, concat_tables, merge_found, with_found
 from .engine import run_items
 from .options import LoadOptions
 from .registry import FORMATS, formats_read
@@ -198,9 +198,11 @@ def load(
     tables: list[pa.Table] = []
     for name, (paths, parts) in grouped.items():
         tables.extend(FORMATS[name].combine(paths, parts, options))
+    found, notes = merge_found(tables)
     table = concat_tables(tables).sort_by([(STEP, "ascending"), (POSITION, "ascending")])
-    # Which formats were read travels with the table: a caller need not open a file again to say so.
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), FORMATS_METADATA: "+".join(sorted(grouped))})
+    # Which formats were read, and what they found, travel with the table: a caller need not open a file again.
+    table = table.replace_schema_metadata({FORMATS_METADATA: "+".join(sorted(grouped))})
+    return with_found(table, found, notes) if found or notes else table
 
 
 def loaded_formats(table: pa.Table) -> list[str]:

@@ -6,7 +6,7 @@ command line find it through this table.
 
 from __future__ import annotations
 
-from . import generic, slime, trl, verl
+from . import agent_lightning, generic, slime, trl, verl
 from .base import Format
 
 FORMATS: dict[str, Format] = {
@@ -15,6 +15,7 @@ FORMATS: dict[str, Format] = {
         slime.LOADER,
         verl.LOADER,
         trl.LOADER,
+        agent_lightning.LOADER,
         generic.LOADER,  # last: it accepts any table (and an empty file, so that the error says so)
     )
 }

@@ -35,13 +35,15 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import RECORDED_ADVANTAGE, REWARD, make_table
+from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found
 from .base import Format
 from .torch_zip import TorchArchive, is_torch_zip
 from .unpickle import StoredTensor
@@ -283,6 +285,11 @@ class RolloutStep:
     split: str
     table: pa.Table
 
+    @cached_property
+    def index(self) -> list[int | None]:
+        """Each sample's ``index``, by position (what a train sample's ``sample_index`` must equal)."""
+        return self.table.column("index").to_pylist()
+
 
 @dataclass
 class TrainStep:
@@ -478,7 +485,7 @@ def _join(rollout: RolloutStep, trains: list[TrainStep]) -> pa.Table:
     rows = table.num_rows
     row_of_index: dict[int, int] = {}
     repeated: set[int] = set()
-    for row, value in enumerate(table.column("index").to_pylist()):
+    for row, value in enumerate(rollout.index):
         if value is not None:
             if value in row_of_index:
                 repeated.add(value)
@@ -513,31 +520,46 @@ def _join_row(
     rows: int,
     rollout: RolloutStep,
 ) -> int:
-    if sample_index is not None:
-        if sample_index in repeated:
+    """The rollout row a train sample joins: its ``rollout_position`` (checked against ``sample_index``, which must
+    be the rollout sample's ``index`` there), else its ``sample_index`` when that index is unique in the rollout
+    dump (agent fan-out siblings share one ``index``, so it is no key there)."""
+    if rollout_position is not None:
+        if not 0 <= rollout_position < rows:
             raise InputError(
-                f"sample_index {sample_index} is the index of several samples of {rollout.path}",
-                file=str(train.path),
-                row=position,
-                expected="unique sample indexes to join on",
-            )
-        row = row_of_index.get(sample_index)
-        if row is None:
-            raise InputError(
-                f"sample_index {sample_index} is the index of no sample of {rollout.path}",
+                f"rollout_position {rollout_position} is outside the {rows} samples of {rollout.path}",
                 file=str(train.path),
                 row=position,
                 expected="train and rollout dumps of the same run and step",
             )
-        return row
-    if rollout_position is None or not 0 <= rollout_position < rows:
+        if sample_index is not None:
+            index = rollout.index[rollout_position]
+            if index != sample_index:
+                raise InputError(
+                    f"sample_index {sample_index} is not the index ({index}) of the rollout sample at "
+                    f"rollout_position {rollout_position} of {rollout.path}",
+                    file=str(train.path),
+                    row=position,
+                    expected="train and rollout dumps of the same run and step",
+                )
+        return rollout_position
+    assert sample_index is not None  # _train_step refuses a sample with neither
+    if sample_index in repeated:
         raise InputError(
-            f"rollout_position {rollout_position} is outside the {rows} samples of {rollout.path}",
+            f"sample_index {sample_index} is the index of several samples of {rollout.path} "
+            "(agent fan-out siblings share one index) and the train sample has no rollout_position to join on",
+            file=str(train.path),
+            row=position,
+            expected="train dumps with rollout_position (slime's current --save-debug-train-data)",
+        )
+    row = row_of_index.get(sample_index)
+    if row is None:
+        raise InputError(
+            f"sample_index {sample_index} is the index of no sample of {rollout.path}",
             file=str(train.path),
             row=position,
             expected="train and rollout dumps of the same run and step",
         )
-    return rollout_position
+    return row
 
 
 def _check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
@@ -636,10 +658,38 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
                 file=str(parts[0].path),
                 expected="the rollout dump of every train dump's step (train dumps hold no prompt keys)",
             )
-    return [
+    joined = [
         _join(rollout, trains[rollout.step]) if rollout.split == "train" and rollout.step in trains else rollout.table
         for rollout in rollouts
     ]
+    label = "slime (prompt = group_index, trajectory = rollout_id, else index)"
+    return [with_found(table, {label: _found(table)}) for table in joined]
+
+
+def _found(table: pa.Table) -> dict[str, int]:
+    """A step in slime's words: prompts, trajectories (fan-out siblings share ``rollout_id``), aborted samples,
+    and, with a train dump, the samples it trained and those its schedule dropped."""
+    keyed = table.filter(pc.is_valid(table.column(PROMPT)))
+    own = table.num_rows - table.column(TRAJECTORY).null_count  # samples with a trajectory key
+    sizes = (
+        table.filter(pc.is_valid(table.column(TRAJECTORY)))
+        .group_by([PROMPT, TRAJECTORY])
+        .aggregate([([], "count_all")])
+    )
+    fanned = int(pc.sum(pc.greater(sizes.column("count_all"), 1)).as_py() or 0) if sizes.num_rows else 0
+    removed = table.column("remove_sample")
+    recorded = table.column(RECORDED_ADVANTAGE)
+    found = {
+        "prompts": len(pc.unique(keyed.column(PROMPT))) if keyed.num_rows else 0,
+        "trajectories": sizes.num_rows + (table.num_rows - own),
+        "fan-out trajectories (several samples)": fanned,
+        "samples": table.num_rows,
+        "aborted samples (remove_sample)": int(pc.sum(pc.fill_null(removed, False)).as_py() or 0),
+    }
+    if recorded.null_count < len(recorded):
+        found["trained samples (train dump)"] = len(recorded) - recorded.null_count
+        found["samples the train schedule dropped"] = recorded.null_count
+    return found
 
 
 LOADER = Format(

@@ -1,22 +1,32 @@
-"""verl ``rollout_data_dir`` dumps to the canonical table.
+"""verl ``rollout_data_dir`` dumps to the canonical table: the V1 trainer's and the legacy (v0) trainer's.
 
 ``trainer.rollout_data_dir=DIR`` (and ``validation_data_dir``) writes
 ``DIR/{global_step}.jsonl``: one JSON object a line with ``input`` (the
-decoded prompt), ``output`` (the decoded response), ``gts`` (ground truth,
-since v0.6), ``score`` (the sequence reward), ``step``, and every
-reward-extra-info key that has one value per sample. Lines come in the
-trainer's balanced order, not grouped by prompt.
+decoded prompt), ``output`` (the decoded response), ``gts`` (ground truth),
+``score`` (the sequence reward) and ``step``.
 
-Columns: ``step`` = the ``step`` field (else the ``{step}`` of the file
-name), ``position`` = the line's place in the file, ``prompt`` = the
-``input`` text (verl keeps no uid in the dump: equal prompt texts are one
-group), ``reward`` = ``score``; passed through: the numeric and boolean
-reward-extra-info keys of the first line (``acc``, ...; a key named like a
-canonical column gets a ``source_`` prefix). ``output``, ``gts`` and other
-text are never read into memory: the file is parsed by pyarrow's JSON
-reader with an explicit schema that ignores them. The column options
-(``reward_col``, ``prompt_col``, ``step_col``, ``trajectory_col``,
-``advantage_col``) replace these defaults.
+V1 (the default trainer since 2026-06) adds ``uid`` =
+``{prompt_uid}_{session_id}_{output_index}`` (split from the right): the
+prompt key is the prompt uid, the trajectory key ``{prompt_uid}_{session_id}``
+(one agent session, which may emit several outputs), and ``session_id`` and
+``output_index`` are kept as columns. ``input`` differs within a V1 prompt
+group, so it is never a key. Padding rows (``pad<32 hex>`` prompt uids, added
+to fill the batch to a multiple) are no samples: they are counted and left
+out of the table.
+
+v0 (``RayPPOTrainer``) has no uid: the prompt key is the ``input`` text (its
+rows share it exactly, and verl's groups are its rows' uuids, which the dump
+does not keep); then come the reward-extra-info keys with one value per
+sample (the numeric and boolean ones pass through; a key named like a
+canonical column gets a ``source_`` prefix). Lines come in the trainer's
+balanced order, not grouped.
+
+``step`` = the ``step`` field (else the ``{step}`` of the file name),
+``position`` = the line's place in the file, ``reward`` = ``score``.
+``output``, ``gts`` and other text are never read into memory: the file is
+parsed by pyarrow's JSON reader with an explicit schema that ignores them.
+The column options (``reward_col``, ``prompt_col``, ``step_col``,
+``trajectory_col``, ``advantage_col``) replace these defaults.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import concat_tables, make_table
+from .._table import POSITION, PROMPT, STEP, TRAJECTORY, make_table, positions_in_row_order, with_found
 from . import columns, tables
 from .base import Format
 
@@ -40,8 +50,11 @@ if TYPE_CHECKING:
 PROMPT_FIELD = "input"
 REWARD_FIELD = "score"
 STEP_FIELD = "step"
+UID_FIELD = "uid"
 TEXT_FIELDS = ("input", "output", "gts")
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
+# verl's upsample_batch_to_divisible_size: uid f"pad{uuid.uuid4().hex}_{i}_0".
+_PADDING_PROMPT = r"^pad[0-9a-f]{32}$"
 
 
 def detect(path: Path) -> bool:
@@ -85,7 +98,9 @@ class _Fields:
     def __init__(self, first: dict, options: LoadOptions, path: Path) -> None:
         names = list(first)
         self.reward = options.reward_col or REWARD_FIELD
-        self.prompt = options.prompt_col or PROMPT_FIELD
+        # V1 lines carry the uid their prompt and session keys come from; the column options still win.
+        self.uid = UID_FIELD if UID_FIELD in first and options.prompt_col is None else None
+        self.prompt = options.prompt_col or (UID_FIELD if self.uid else PROMPT_FIELD)
         self.step = options.step_col or STEP_FIELD
         self.trajectory = options.trajectory_col
         self.advantage = options.advantage_col
@@ -148,8 +163,9 @@ def _read_lines(path: Path, options: LoadOptions) -> tuple[pa.Table, _Fields]:
         return tables.read_json_lines(path, fields.needed), fields
 
 
-def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
-    """One ``{step}.jsonl``: a canonical table per step (one, in a real verl dump)."""
+def read(path: Path, options: LoadOptions) -> pa.Table:
+    """One ``{step}.jsonl`` to its canonical rows (all its steps in one table; ``combine`` splits them), V1's
+    padding rows left out and counted in the table's metadata."""
     tables.check_not_empty(path)
     table, fields = _read_lines(path, options)
     if table.num_rows == 0:
@@ -169,8 +185,14 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
     columns.warn_missing_rewards(path, 0, rewards)
 
     steps = _steps(table, fields.step, path)
-    prompt = columns.key_values(table.column(fields.prompt), path, fields.prompt)
     extra: dict[str, Any] = {}
+    padding = None
+    if fields.uid is not None:
+        keys = _v1_keys(table.column(fields.uid), path)
+        prompt, padding = keys.pop("prompt"), keys.pop("padding")
+        extra.update(keys)
+    else:
+        prompt = columns.key_values(table.column(fields.prompt), path, fields.prompt)
     if fields.trajectory is not None:
         extra["trajectory"] = columns.key_values(table.column(fields.trajectory), path, fields.trajectory)
     if fields.advantage is not None:
@@ -185,7 +207,57 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
     for name in fields.extras.names:
         extra[columns.passthrough_name(name)] = table.column(name).combine_chunks()
     canonical = make_table(reward=rewards, prompt=prompt, step=steps, **extra)
-    return columns.split_steps(canonical)
+    padded = 0 if padding is None else int(pc.sum(padding).as_py() or 0)
+    if padded:
+        canonical = canonical.filter(pc.invert(padding))
+        if canonical.num_rows == 0:
+            raise InputError("every line is a padding row", file=str(path), expected="verl rollout lines")
+        positions = positions_in_row_order(canonical.column(STEP))
+        canonical = canonical.set_column(canonical.column_names.index(POSITION), POSITION, positions)
+    layout = b"v1" if fields.uid is not None else b"v0"
+    return canonical.replace_schema_metadata({_LAYOUT: layout, _PADDED: str(padded).encode()})
+
+
+def _v1_keys(uid: pa.ChunkedArray, path: Path) -> dict[str, pa.Array]:
+    """A V1 uid ``{prompt_uid}_{session_id}_{output_index}`` split from the right: the prompt key, the
+    trajectory key ``{prompt_uid}_{session_id}``, ``session_id`` and ``output_index``, and which rows pad."""
+    uid = columns.plain(uid)
+    if not columns.string_like(uid.type):
+        raise InputError(f"has type {uid.type}", file=str(path), field=UID_FIELD, expected="V1 uid strings")
+    parts = pc.split_pattern(uid, "_", max_splits=2, reverse=True)
+    bad = pc.fill_null(pc.not_equal(pc.list_value_length(parts), 3), True)
+    if pc.any(bad).as_py():
+        row = int(pc.index(bad, True).as_py())
+        shown = uid[row].as_py()
+        raise InputError(
+            f"uid {shown[:60]!r} is not prompt_session_output" if shown is not None else "line without a uid",
+            file=str(path),
+            field=UID_FIELD,
+            row=row,
+            expected="verl V1's uid {prompt_uid}_{session_id}_{output_index}",
+        )
+    prompt = pc.list_element(parts, 0)
+    session_text, output_text = pc.list_element(parts, 1), pc.list_element(parts, 2)
+    numbers = {}
+    for name, text in (("session_id", session_text), ("output_index", output_text)):
+        whole = pc.match_substring_regex(text, r"^\d{1,18}$")
+        if not pc.all(whole).as_py():
+            row = int(pc.index(pc.invert(whole), True).as_py())
+            raise InputError(
+                f"uid {uid[row].as_py()[:60]!r}: its {name} is not a number",
+                file=str(path),
+                field=UID_FIELD,
+                row=row,
+                expected="verl V1's uid {prompt_uid}_{session_id}_{output_index}",
+            )
+        numbers[name] = text.cast(pa.int64())
+    return {
+        "prompt": prompt,
+        "trajectory": pc.binary_join_element_wise(prompt, session_text, "_"),
+        "session_id": numbers["session_id"],
+        "output_index": numbers["output_index"],
+        "padding": pc.match_substring_regex(prompt, _PADDING_PROMPT),
+    }
 
 
 def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
@@ -202,16 +274,42 @@ def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
     )
 
 
-def read(path: Path, options: LoadOptions) -> pa.Table:
-    """One file to its canonical rows (all its steps in one table; ``combine`` splits them again)."""
-    return concat_tables([table for _, table in read_steps(path, options)])
+# A read file's table says which layout it was and how many padding rows it left out (kept by the cache).
+_LAYOUT, _PADDED = b"rollaudit.verl.layout", b"rollaudit.verl.padded"
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
-    """The reduced tables of verl dumps, in file order: one canonical table per step."""
-    return columns.one_file_per_step(
-        paths, reduced, "verl dumps", "one file per step (rollout_data_dir and validation_data_dir loaded apart)"
+    """The read tables of verl dumps, in file order: one canonical table per step, each saying what it holds in
+    verl's words (V1: prompts, sessions, outputs, padding rows left out; v0: prompts by their text)."""
+    padded: dict[int, int] = {}  # step -> padding rows left out of its file (a file's first step)
+    v1: dict[int, bool] = {}
+    for table in reduced:
+        metadata = table.schema.metadata or {}
+        for step in pc.unique(table.column(STEP)).to_pylist():
+            v1[step] = metadata.get(_LAYOUT) == b"v1"
+        first = table.column(STEP)[0].as_py()
+        padded[first] = padded.get(first, 0) + int(metadata.get(_PADDED, b"0"))
+    per_step = columns.one_file_per_step(
+        paths,
+        [table.replace_schema_metadata() for table in reduced],
+        "verl dumps",
+        "one file per step (rollout_data_dir and validation_data_dir loaded apart)",
     )
+    steps = [table.column(STEP)[0].as_py() for table in per_step]
+    return [_with_found(table, padded.get(step, 0), v1[step]) for table, step in zip(per_step, steps, strict=True)]
+
+
+def _with_found(table: pa.Table, padded: int, v1: bool) -> pa.Table:
+    prompts = len(pc.unique(table.column(PROMPT)))
+    if not v1:
+        return with_found(table, {"verl v0 (prompt = the input text)": {"prompts": prompts, "samples": table.num_rows}})
+    counts = {
+        "prompts": prompts,
+        "sessions": len(pc.unique(table.column(TRAJECTORY))),
+        "outputs": table.num_rows,
+        "padding rows left out": padded,
+    }
+    return with_found(table, {"verl V1 (uid = prompt_session_output)": counts})
 
 
 LOADER = Format(

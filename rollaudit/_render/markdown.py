@@ -18,6 +18,7 @@ from .text import (
     count,
     counts_line,
     files_label,
+    found_lines,
     has_undefined,
     histogram_rows,
     load_line,
@@ -71,7 +72,9 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     files = load.get("files", [])
     lines = [f"### rollaudit: advantages against {code(report.reference)}", ""]
     lines.append(f"{code(files_label(files))} ({load_line(load)})  ")
-    lines.append(counts_line(report))
+    lines.append(counts_line(report) + ("  " if found_lines(report) else ""))
+    lines += [markdown_text(line) + "  " for line in found_lines(report)]
+    lines[-1] = lines[-1].rstrip()
     lines.append("")
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows = []

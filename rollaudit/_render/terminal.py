@@ -25,6 +25,7 @@ from .text import (
     count,
     counts_line,
     files_label,
+    found_lines,
     has_undefined,
     histogram_lines,
     load_line,
@@ -205,6 +206,7 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     parts: list[RenderableType] = [
         Text(source_line(load), style="bold"),
         Text(counts_line(report)),
+        *(Text(line, style="dim") for line in found_lines(report)),
         Text(""),
     ]
     if report.histograms:

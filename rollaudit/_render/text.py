@@ -185,10 +185,18 @@ def counts_line(report: Report) -> str:
     )
 
 
+def found_lines(report: Report) -> list[str]:
+    """What the loader found, one line per label: ``verl V1 (...): 40 prompts, 282 sessions, 392 outputs``."""
+    return [
+        f"{label}: " + ", ".join(f"{number_of:,} {what}" for what, number_of in counts.items())
+        for label, counts in report.info.get("found", {}).items()
+    ]
+
+
 def notes(report: Report) -> list[str]:
     """Data issues worth a line: non-finite rewards, undefined advantages, missing per-prompt view."""
     info = report.info
-    lines = []
+    lines = list(info.get("loader_notes", []))
     if info.get("nonfinite_rewards"):
         shown = info.get("nonfinite_rows", [])[:5]
         more = "…" if info["nonfinite_rewards"] > len(shown) else ""
