@@ -170,10 +170,16 @@ def _whiten(batch, values):
     tokens = math.fsum(weights)
     mean = math.fsum(w * values[row["_row"]] for w, row in zip(weights, batch, strict=True) if w) / (tokens + 1e-8)
     variance = math.fsum(w * (values[row["_row"]] - mean) ** 2 for w, row in zip(weights, batch, strict=True) if w)
-    variance = variance / (tokens + 1e-8) * tokens / (tokens - 1)
     for w, row in zip(weights, batch, strict=True):
-        if math.isfinite(values[row["_row"]]):
-            values[row["_row"]] = (values[row["_row"]] - mean) / math.sqrt(variance + 1e-8) if w > 0 else 0.0
+        if not math.isfinite(values[row["_row"]]):
+            continue
+        if w == 0:
+            values[row["_row"]] = 0.0
+        elif tokens < 2:  # no variance to correct
+            values[row["_row"]] = math.nan
+        else:
+            corrected = variance / (tokens + 1e-8) * tokens / (tokens - 1)
+            values[row["_row"]] = (values[row["_row"]] - mean) / math.sqrt(corrected + 1e-8)
 
 
 def oracle_advantages(rows, scheme):

@@ -36,6 +36,38 @@ SCHEMES = [
     "agl-dedup",
     "positional(n=2, singleton=raw)",
     "custom(baseline=leave-one-out, scale=std, eps=0.001)",
+    # Issue 13: the last representative, rounded arithmetic, siblings that must agree, the new presets.
+    "trajectory(representative=last)",
+    "trajectory(representative=last, singleton=raw, scale=none)",
+    "prompt(dtype=bfloat16)",
+    "prompt(dtype=float32, singleton=raw)",
+    "trajectory(dtype=bfloat16, scale=none)",
+    "verl-grpo(dtype=bfloat16)",
+    "slime-2062",
+    "slime-2062(n=2, batch_size=3)",
+    "slime-2062(scale=none)",
+    "verl-grpo-v1",
+    "verl-rloo-vectorized",
+    "verl-rpp-baseline",
+    "agl-rollout",
+    "agl-rollout(scale=none)",
+    # Issue 14: AReaL, rllm, NeMo-RL and ROLL.
+    "nemo-grpo",
+    "areal-group",
+    "areal-group(std=population)",
+    "areal-stride(n=3)",
+    "areal-stride(n=2, scale=none)",
+    "areal-batch",
+    "areal-loo",
+    "rllm-grpo",
+    "rllm-grpo(scale=none)",
+    "rllm-rloo",
+    "rllm-verl-legacy",
+    "roll-grpo",
+    "roll-grpo(scale=none)",
+    "roll-grpo-tags",
+    "roll-grpo-batch",
+    "custom(std_guard=cutoff, eps=0.3)",
 ]
 # Dyadic rewards: sums and means of equal values stay exact, so a zero std is exactly zero in both.
 REWARDS = st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0])
@@ -53,6 +85,8 @@ def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_ke
     prompt_counter = 0
     use_strings = draw(st.booleans()) if string_keys is None else string_keys
     trajectory_keys = draw(st.sampled_from(["nested", "gaps", "shared"]))
+    # Often every sample of a trajectory carries one reward (what slime-2062 and agl-rollout require).
+    sibling_rewards: dict | None = {} if draw(st.booleans()) else None
     for step in draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)):
         step_rows = []
         for _ in range(draw(st.integers(1, 5))):
@@ -68,12 +102,16 @@ def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_ke
                 }[trajectory_keys]
                 missing = allow_missing_trajectory and draw(st.integers(0, 9)) == 0
                 reward = draw(ODD_REWARDS) if allow_nonfinite and draw(st.integers(0, 24)) == 0 else draw(REWARDS)
+                if sibling_rewards is not None and not missing:
+                    reward = sibling_rewards.setdefault((step, prompt, key), reward)
                 step_rows.append(
                     {
                         "step": step,
                         "prompt": prompt,
                         "trajectory": None if missing else key,
                         "reward": reward,
+                        "response_length": draw(st.integers(0, 4)),
+                        "tag": draw(st.sampled_from(["swe", "terminal"])),
                     }
                 )
         order = draw(st.permutations(range(len(step_rows))))
@@ -91,6 +129,7 @@ def table_of(rows):
         step=[row["step"] for row in rows],
         position=[row["position"] for row in rows],
         response_length=[row.get("response_length") for row in rows],
+        **({"tag": [row["tag"] for row in rows]} if all("tag" in row for row in rows) else {}),
     )
 
 

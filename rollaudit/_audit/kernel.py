@@ -164,22 +164,24 @@ def _rounded_affine(
 
 def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.Tensor:
     """verl's ``masked_whiten`` over each step, every sample weighted by its response length (its tokens):
-    ``(a - mu) / sqrt(var + 1e-8)`` with a Bessel-corrected token variance; a sample with no token gets 0."""
+    ``(a - mu) / sqrt(var + 1e-8)`` with a Bessel-corrected token variance; a sample with no token gets 0, a
+    step of fewer than two tokens NaN (no variance)."""
     if enc.response_length is None or bool(torch.isnan(enc.response_length).any()):
         raise SchemeError(
             f"{scheme.name or 'scheme'}: whitening by tokens needs the response length of every sample",
             expected="a response_length column (a dump that records token counts, or --... a table with one)",
         )
     steps = step_segments(enc)
-    defined = torch.isfinite(values)
+    defined = torch.isfinite(values) if enc.all_finite else enc.finite & torch.isfinite(values)
     weight = torch.where(defined, enc.response_length, 0.0)
     safe = torch.where(defined, values, 0.0)
     tokens = steps.sum(weight)
     mean = steps.sum(weight * safe) / (tokens + _WHITEN_EPS)
     centred = safe - steps.spread(mean)
     variance = steps.sum(weight * centred * centred) / (tokens + _WHITEN_EPS)
-    variance = variance * tokens / (tokens - 1)
-    whitened = centred * steps.spread((variance + _WHITEN_EPS).rsqrt())
+    # Bessel's correction needs two tokens: a step with fewer has no variance, and its advantages are undefined.
+    scale = torch.where(tokens > 1, (variance * tokens / (tokens - 1).clamp(min=1) + _WHITEN_EPS).rsqrt(), torch.nan)
+    whitened = centred * steps.spread(scale)
     whitened = torch.where(weight > 0, whitened, 0.0)
     return torch.where(defined, whitened, values)
 

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
 from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found
+from . import slime_fields as fields
 from .base import Format
 from .torch_zip import TorchArchive, is_torch_zip
 from .unpickle import StoredTensor
@@ -55,12 +56,7 @@ SUFFIXES = (".pt", ".pth")
 TRAIN_DUMP_VERSION = 2
 # Recorded per-token advantages are float32 copies of a float64 scalar: they agree to about 1e-7.
 ADVANTAGE_TOLERANCE = 1e-5
-_POSITIONS_SHOWN = 5
-_KEYS_SHOWN = 10
-_INT64_MAX = (1 << 63) - 1
 _EVAL_NAME = re.compile(r"(?:^|_)eval_\d+$")
-_PROMPT_KEYS_REQUIRED = "prompt keys are required when groups are not uniformly sized"
-_LAYOUT = "slime's {'rollout_id': int, 'samples': [dict, ...]}"
 
 
 def is_eval_dump(path: str | os.PathLike) -> bool:
@@ -106,173 +102,6 @@ def expand_directory(directory: Path) -> list[Path] | None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Field readers: each checks one value of the untrusted pickle and names the sample when it is wrong.
-
-
-def _type_name(value: Any) -> str:
-    return getattr(type(value), "global_name", None) or type(value).__name__
-
-
-def _int_text(value: int) -> str:
-    """An int from the file for a message: its digits, unless there are too many to print (Python refuses
-    past 4300 digits, and a message must stay one short line)."""
-    return str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
-
-
-def _shown(value: Any) -> str:
-    """A dict key from the file for a message, never long and never recursing into nested values."""
-    if type(value) in (str, bytes):
-        return repr(value[:40])
-    if type(value) is int:
-        return _int_text(value)
-    if type(value) in (float, bool) or value is None:
-        return repr(value)
-    return f"<{_type_name(value)}>"
-
-
-def _text(value: Any) -> str | None:
-    """A string field (status) as UTF-8 text; None when it is not a string. Pickled strings may hold lone
-    surrogates, which Arrow cannot store: they become U+FFFD."""
-    if type(value) is not str:
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return value
-
-
-def _optional_int(sample: dict, name: str, path: Path, position: int) -> int | None:
-    value = sample.get(name)
-    if value is None:
-        return None
-    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
-        found = f"is {_int_text(value)}" if type(value) is int else f"is a {_type_name(value)}"
-        raise InputError(found, file=str(path), field=name, row=position, expected="an int64 or None")
-    return value
-
-
-def _step(top: dict, path: Path) -> int:
-    value = top.get("rollout_id")
-    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
-        found = "missing" if "rollout_id" not in top else f"a {_type_name(value)}"
-        raise InputError(f"rollout_id is {found}", file=str(path), field="rollout_id", expected=f"an int ({_LAYOUT})")
-    return value
-
-
-def _samples(top: dict, path: Path) -> list:
-    samples = top.get("samples")
-    if not isinstance(samples, (list, tuple)):
-        found = "no 'samples'" if "samples" not in top else f"'samples' as a {_type_name(samples)}"
-        raise InputError(f"the dump has {found}", file=str(path), field="samples", expected=_LAYOUT)
-    for position, sample in enumerate(samples):
-        if type(sample) is not dict:
-            raise InputError(
-                f"sample is a {_type_name(sample)}", file=str(path), row=position, expected="a dict of Sample fields"
-            )
-    return samples
-
-
-def _number(value: Any) -> float | None:
-    """A float from a Python number or a one-element tensor; None when it is neither."""
-    if type(value) in (float, int, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-    if isinstance(value, StoredTensor) and value.numel == 1 and value.dtype != "bfloat16":
-        return float(value.numpy().reshape(-1)[0].real)
-    return None
-
-
-def _key_list(mapping: dict) -> str:
-    keys = [_shown(key) for key in list(mapping)[:_KEYS_SHOWN]]
-    more = len(mapping) - len(keys)
-    return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
-
-
-def _reward(sample: dict, reward_key: str | None, path: Path, position: int) -> float:
-    """The sample's raw reward; NaN for None (reported with the non-finite ones)."""
-    if "reward" not in sample:
-        raise InputError("sample has no reward", file=str(path), field="reward", row=position, expected="a reward key")
-    value = sample["reward"]
-    if type(value) is dict:
-        if reward_key is None:
-            raise InputError(
-                f"reward is a dict with keys {_key_list(value)}",
-                file=str(path),
-                field="reward",
-                row=position,
-                expected="reward_key naming the key slime trained on (its --reward-key)",
-            )
-        if reward_key not in value:
-            raise InputError(
-                f"reward has no key {reward_key!r}; its keys: {_key_list(value)}",
-                file=str(path),
-                field="reward",
-                row=position,
-                expected="reward_key naming one of the reward dict's keys",
-            )
-        value = value[reward_key]
-    if value is None:
-        return math.nan
-    number = _number(value)
-    if number is None:
-        where = f"reward[{reward_key!r}]" if type(sample["reward"]) is dict else "reward"
-        raise InputError(
-            f"{where} is a {_type_name(value)}", file=str(path), field="reward", row=position, expected="a float"
-        )
-    return number
-
-
-def _warn_non_finite(path: Path, positions: list[int]) -> None:
-    if not positions:
-        return
-    shown = ", ".join(str(position) for position in positions[:_POSITIONS_SHOWN])
-    more = ", ..." if len(positions) > _POSITIONS_SHOWN else ""
-    noun = "sample has" if len(positions) == 1 else "samples have"
-    warnings.warn(
-        f"{path}: {len(positions)} {noun} a NaN, infinite or None reward (positions {shown}{more}); "
-        "kept as they are and reported by the audit",
-        RollauditWarning,
-        stacklevel=4,
-    )
-
-
-def _prompt_keys(group_index: list[int | None], n_samples_per_prompt: int | None, path: Path) -> list[int | None]:
-    """slime PR #2204's identity rules: every key, or none and slices of n, never a guess."""
-    missing = [position for position, key in enumerate(group_index) if key is None]
-    if not missing:
-        return group_index
-    count = len(group_index)
-    if len(missing) < count:
-        raise InputError(
-            "sample has no group_index while others have one",
-            file=str(path),
-            field="group_index",
-            row=missing[0],
-            expected="a group_index on every sample, or on none",
-        )
-    n = n_samples_per_prompt
-    if n is None:
-        raise InputError(
-            f"no sample has a group_index: {_PROMPT_KEYS_REQUIRED}",
-            file=str(path),
-            field="group_index",
-            expected=f"group_index keys, or n_samples_per_prompt when every prompt has n of the {count} samples",
-        )
-    if count % n:
-        raise InputError(
-            f"no sample has a group_index and {count} samples are not slices of n_samples_per_prompt={n}: "
-            f"{_PROMPT_KEYS_REQUIRED}",
-            file=str(path),
-            field="group_index",
-            expected="group_index keys",
-        )
-    return [position // n for position in range(count)]
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # One file.
 
 
@@ -308,34 +137,34 @@ def read_dump(path: Path, options: LoadOptions) -> RolloutStep | TrainStep:
     with TorchArchive(path) as archive:
         top = archive.unpickle(lazy_tensors=True)
         if type(top) is not dict:
-            raise InputError(f"the pickle holds a {_type_name(top)}", file=str(path), expected=_LAYOUT)
+            raise InputError(f"the pickle holds a {fields.type_name(top)}", file=str(path), expected=fields.LAYOUT)
         if "format_version" in top or "rollout_data" in top:
             return _train_step(path, top)
         return _rollout_step(path, top, options)
 
 
 def _rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
-    step = _step(top, path)
-    samples = _samples(top, path)
+    step = fields.step_of(top, path)
+    samples = fields.samples_of(top, path)
     group_index, index, trajectory, rewards, status, response_length, remove_sample = [], [], [], [], [], [], []
     non_finite = []
     for position, sample in enumerate(samples):
-        group_index.append(_optional_int(sample, "group_index", path, position))
-        own_index = _optional_int(sample, "index", path, position)
+        group_index.append(fields.optional_int(sample, "group_index", path, position))
+        own_index = fields.optional_int(sample, "index", path, position)
         index.append(own_index)
-        rollout_id = _optional_int(sample, "rollout_id", path, position)
+        rollout_id = fields.optional_int(sample, "rollout_id", path, position)
         trajectory.append(own_index if rollout_id is None else rollout_id)
-        reward = _reward(sample, options.reward_key, path, position)
+        reward = fields.reward_of(sample, options.reward_key, path, position)
         if not math.isfinite(reward):
             non_finite.append(position)
         rewards.append(reward)
         # An enum from an old slime arrives as a placeholder: no status.
-        status.append(_text(sample.get("status")))
-        response_length.append(_optional_int(sample, "response_length", path, position))
+        status.append(fields.text_of(sample.get("status")))
+        response_length.append(fields.optional_int(sample, "response_length", path, position))
         removed = sample.get("remove_sample")
         remove_sample.append(bool(removed) if type(removed) in (bool, int) else None)
-    prompts = _prompt_keys(group_index, options.n_samples_per_prompt, path)
-    _warn_non_finite(path, non_finite)
+    prompts = fields.prompt_keys(group_index, options.n_samples_per_prompt, path)
+    fields.warn_non_finite(path, non_finite)
     split = "eval" if is_eval_dump(path) else "train"
     count = len(samples)
     table = make_table(
@@ -404,16 +233,16 @@ def _train_step(path: Path, top: dict) -> TrainStep:
     version = top.get("format_version")
     if version != TRAIN_DUMP_VERSION or type(version) is not int:
         raise InputError(
-            f"train dump format_version is {_type_name(version) if type(version) is not int else version}",
+            f"train dump format_version is {fields.type_name(version) if type(version) is not int else version}",
             file=str(path),
             field="format_version",
             expected=str(TRAIN_DUMP_VERSION),
         )
-    train = TrainStep(path=path, step=_step(top, path))
+    train = TrainStep(path=path, step=fields.step_of(top, path))
     verdicts = {VARIES: 0, DIFFERS: 0}
-    for position, sample in enumerate(_samples(top, path)):
-        sample_index = _optional_int(sample, "sample_index", path, position)
-        rollout_position = _optional_int(sample, "rollout_position", path, position)
+    for position, sample in enumerate(fields.samples_of(top, path)):
+        sample_index = fields.optional_int(sample, "sample_index", path, position)
+        rollout_position = fields.optional_int(sample, "rollout_position", path, position)
         if sample_index is None and rollout_position is None:
             raise InputError(
                 "train sample has neither sample_index nor rollout_position",
@@ -430,10 +259,10 @@ def _train_step(path: Path, top: dict) -> TrainStep:
                 row=position,
                 expected="the normalized reward the trainer used",
             )
-        advantage = _number(sample["rewards"])
+        advantage = fields.number_of(sample["rewards"])
         if advantage is None:
             raise InputError(
-                f"rewards is a {_type_name(sample['rewards'])}",
+                f"rewards is a {fields.type_name(sample['rewards'])}",
                 file=str(path),
                 field="rewards",
                 row=position,
@@ -447,7 +276,7 @@ def _train_step(path: Path, top: dict) -> TrainStep:
         train.advantage.append(advantage)
     raw = top.get("raw_reward")
     if isinstance(raw, (list, tuple)):
-        numbers = [_number(value) for value in raw]
+        numbers = [fields.number_of(value) for value in raw]
         train.raw_reward = None if None in numbers else numbers
     _warn_token_verdicts(path, verdicts)
     return train

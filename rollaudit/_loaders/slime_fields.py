@@ -1,0 +1,181 @@
+"""The values of slime's sample dicts, read one at a time: each reader checks one value of the untrusted pickle
+and names the file, the field and the sample when it is not what slime writes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .._errors import InputError, RollauditWarning
+from .unpickle import StoredTensor
+
+_POSITIONS_SHOWN = 5
+_KEYS_SHOWN = 10
+_INT64_MAX = (1 << 63) - 1
+_PROMPT_KEYS_REQUIRED = "prompt keys are required when groups are not uniformly sized"
+LAYOUT = "slime's {'rollout_id': int, 'samples': [dict, ...]}"
+
+
+def type_name(value: Any) -> str:
+    return getattr(type(value), "global_name", None) or type(value).__name__
+
+
+def int_text(value: int) -> str:
+    """An int from the file for a message: its digits, unless there are too many to print (Python refuses
+    past 4300 digits, and a message must stay one short line)."""
+    return str(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+
+
+def shown(value: Any) -> str:
+    """A dict key from the file for a message, never long and never recursing into nested values."""
+    if type(value) in (str, bytes):
+        return repr(value[:40])
+    if type(value) is int:
+        return int_text(value)
+    if type(value) in (float, bool) or value is None:
+        return repr(value)
+    return f"<{type_name(value)}>"
+
+
+def text_of(value: Any) -> str | None:
+    """A string field (status) as UTF-8 text; None when it is not a string. Pickled strings may hold lone
+    surrogates, which Arrow cannot store: they become U+FFFD."""
+    if type(value) is not str:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
+def optional_int(sample: dict, name: str, path: Path, position: int) -> int | None:
+    value = sample.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
+        found = f"is {int_text(value)}" if type(value) is int else f"is a {type_name(value)}"
+        raise InputError(found, file=str(path), field=name, row=position, expected="an int64 or None")
+    return value
+
+
+def step_of(top: dict, path: Path) -> int:
+    value = top.get("rollout_id")
+    if type(value) is not int or not -_INT64_MAX <= value <= _INT64_MAX:
+        found = "missing" if "rollout_id" not in top else f"a {type_name(value)}"
+        raise InputError(f"rollout_id is {found}", file=str(path), field="rollout_id", expected=f"an int ({LAYOUT})")
+    return value
+
+
+def samples_of(top: dict, path: Path) -> list:
+    samples = top.get("samples")
+    if not isinstance(samples, (list, tuple)):
+        found = "no 'samples'" if "samples" not in top else f"'samples' as a {type_name(samples)}"
+        raise InputError(f"the dump has {found}", file=str(path), field="samples", expected=LAYOUT)
+    for position, sample in enumerate(samples):
+        if type(sample) is not dict:
+            raise InputError(
+                f"sample is a {type_name(sample)}", file=str(path), row=position, expected="a dict of Sample fields"
+            )
+    return samples
+
+
+def number_of(value: Any) -> float | None:
+    """A float from a Python number or a one-element tensor; None when it is neither."""
+    if type(value) in (float, int, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, StoredTensor) and value.numel == 1 and value.dtype != "bfloat16":
+        return float(value.numpy().reshape(-1)[0].real)
+    return None
+
+
+def key_list(mapping: dict) -> str:
+    keys = [shown(key) for key in list(mapping)[:_KEYS_SHOWN]]
+    more = len(mapping) - len(keys)
+    return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
+
+
+def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -> float:
+    """The sample's raw reward; NaN for None (reported with the non-finite ones)."""
+    if "reward" not in sample:
+        raise InputError("sample has no reward", file=str(path), field="reward", row=position, expected="a reward key")
+    value = sample["reward"]
+    if type(value) is dict:
+        if reward_key is None:
+            raise InputError(
+                f"reward is a dict with keys {key_list(value)}",
+                file=str(path),
+                field="reward",
+                row=position,
+                expected="reward_key naming the key slime trained on (its --reward-key)",
+            )
+        if reward_key not in value:
+            raise InputError(
+                f"reward has no key {reward_key!r}; its keys: {key_list(value)}",
+                file=str(path),
+                field="reward",
+                row=position,
+                expected="reward_key naming one of the reward dict's keys",
+            )
+        value = value[reward_key]
+    if value is None:
+        return math.nan
+    number = number_of(value)
+    if number is None:
+        where = f"reward[{reward_key!r}]" if type(sample["reward"]) is dict else "reward"
+        raise InputError(
+            f"{where} is a {type_name(value)}", file=str(path), field="reward", row=position, expected="a float"
+        )
+    return number
+
+
+def warn_non_finite(path: Path, positions: list[int]) -> None:
+    if not positions:
+        return
+    shown = ", ".join(str(position) for position in positions[:_POSITIONS_SHOWN])
+    more = ", ..." if len(positions) > _POSITIONS_SHOWN else ""
+    noun = "sample has" if len(positions) == 1 else "samples have"
+    warnings.warn(
+        f"{path}: {len(positions)} {noun} a NaN, infinite or None reward (positions {shown}{more}); "
+        "kept as they are and reported by the audit",
+        RollauditWarning,
+        stacklevel=4,
+    )
+
+
+def prompt_keys(group_index: list[int | None], n_samples_per_prompt: int | None, path: Path) -> list[int | None]:
+    """slime PR #2204's identity rules: every key, or none and slices of n, never a guess."""
+    missing = [position for position, key in enumerate(group_index) if key is None]
+    if not missing:
+        return group_index
+    count = len(group_index)
+    if len(missing) < count:
+        raise InputError(
+            "sample has no group_index while others have one",
+            file=str(path),
+            field="group_index",
+            row=missing[0],
+            expected="a group_index on every sample, or on none",
+        )
+    n = n_samples_per_prompt
+    if n is None:
+        raise InputError(
+            f"no sample has a group_index: {_PROMPT_KEYS_REQUIRED}",
+            file=str(path),
+            field="group_index",
+            expected=f"group_index keys, or n_samples_per_prompt when every prompt has n of the {count} samples",
+        )
+    if count % n:
+        raise InputError(
+            f"no sample has a group_index and {count} samples are not slices of n_samples_per_prompt={n}: "
+            f"{_PROMPT_KEYS_REQUIRED}",
+            file=str(path),
+            field="group_index",
+            expected="group_index keys",
+        )
+    return [position // n for position in range(count)]
