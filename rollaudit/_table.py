@@ -287,9 +287,7 @@ def notes_in(table: pa.Table) -> list[str]:
     return json.loads(text) if text else []
 
 
-def with_found(
-    table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: Iterable[str] = ()
-) -> pa.Table:
+def with_found(table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: Iterable[str] = ()) -> pa.Table:
     """``table`` carrying ``found`` (counts that are 0 left out) and ``notes`` in its metadata."""
     import json
 

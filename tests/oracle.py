@@ -188,7 +188,7 @@ def oracle_advantages(rows, scheme):
     for index, row in enumerate(rows):
         row["_row"] = index
         row["_reward"] = row["reward"]
-        row["reward"] = round_to(row["reward"], scheme.dtype)
+        row["reward"] = round_to(row[scheme.reward], scheme.dtype)
     steps = OrderedDict()
     for row in rows:
         steps.setdefault(row["step"], []).append(row)

@@ -39,7 +39,7 @@ def load_quietly(*args, **kwargs):
 
 def test_the_registry_order():
     # slime first; generic accepts any table: last; agent-lightning's export before it, so it is never a table.
-    assert list(FORMATS) == ["slime", "verl", "trl", "agent_lightning", "generic"]
+    assert list(FORMATS) == ["slime", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"]
 
 
 @pytest.mark.parametrize("relative", sorted(SAMPLES))

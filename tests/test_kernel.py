@@ -111,6 +111,7 @@ def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_ke
                         "trajectory": None if missing else key,
                         "reward": reward,
                         "response_length": draw(st.integers(0, 4)),
+                        "legacy_reward": 0.0 if not math.isfinite(reward) else reward,
                         "tag": draw(st.sampled_from(["swe", "terminal"])),
                     }
                 )
@@ -129,7 +130,7 @@ def table_of(rows):
         step=[row["step"] for row in rows],
         position=[row["position"] for row in rows],
         response_length=[row.get("response_length") for row in rows],
-        **({"tag": [row["tag"] for row in rows]} if all("tag" in row for row in rows) else {}),
+        **{name: [row[name] for row in rows] for name in ("tag", "legacy_reward") if all(name in row for row in rows)},
     )
 
 

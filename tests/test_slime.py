@@ -465,7 +465,8 @@ def test_train_dump_of_another_run_is_an_error(tmp_path: Path):
     _train_pair(tmp_path)
     generate.save_rollout_dump(tmp_path / "rollout_data" / "2.pt", 2, samples([1.0] * 6, [0] * 6, index=None))
     # Joined on rollout_position (issue 13): sample_index is the check, and it names the mismatch.
-    with pytest.raises(InputError, match=r"sample_index 0 is not the index \(None\) of the rollout sample at rollout_pos"):
+    mismatch = r"sample_index 0 is not the index \(None\) of the rollout sample at rollout_position 0"
+    with pytest.raises(InputError, match=mismatch):
         rollaudit.load(tmp_path)
 
 

@@ -158,6 +158,11 @@ def audit(
         info["prompts"] = groups.count
         info["trajectories"] = int(groups.trajectories.sum())
     step_groups = _step_groups(prompts)
+    from .kernel import scheme_notes
+
+    notes = {name: scheme_notes(encoded, scheme) for name, scheme in resolved.items()}
+    if any(notes.values()):
+        info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
     return Report(

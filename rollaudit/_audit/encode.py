@@ -12,6 +12,7 @@ piece through a small buffer (:func:`pieces`).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Iterator
 from functools import cached_property
@@ -150,13 +151,35 @@ class Encoded:
         self._groups: dict = {}
         self._keys: dict[str, tuple[torch.Tensor, int]] = {}
         self._present: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._views: dict[str, Encoded] = {}
+        self.reward_column = REWARD
+
+    def with_reward(self, column: str) -> Encoded:
+        """The same table with another numeric column as its rewards (codes, steps and orders shared)."""
+        if column == self.reward_column:
+            return self
+        if column not in self._views:
+            if column not in self.table.column_names:
+                raise SchemeError(f"the table has no reward column {column!r}", expected="a numeric column")
+            kind = self.table.schema.field(column).type
+            if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
+                raise SchemeError(f"column {column!r} has type {kind}, which is no reward", expected="numbers")
+            view = copy.copy(self)
+            for name in ("reward", "finite", "all_finite"):
+                view.__dict__.pop(name, None)
+            view.reward_column = column
+            self._views[column] = view
+        return self._views[column]
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     @cached_property
     def reward(self) -> torch.Tensor:
-        return self._to_device(_tensor(_numpy(self.table.column(REWARD), np.float64)))
+        column = self.table.column(self.reward_column)
+        if column.null_count:  # a null reward is unknown: NaN, left out and counted like one
+            column = pc.fill_null(column.cast(pa.float64()), np.nan)
+        return self._to_device(_tensor(_numpy(column, np.float64)))
 
     @cached_property
     def finite(self) -> torch.Tensor:

@@ -117,7 +117,7 @@ def candidate_schemes(table: pa.Table) -> list[str]:
     for name, scheme in PRESETS.items():
         if name == "custom":
             continue  # a blank description: the same numbers as ``prompt``
-        if scheme.group_by not in table.column_names:
+        if scheme.group_by not in table.column_names or scheme.reward not in table.column_names:
             continue
         if scheme.whiten == "tokens" and table.column(RESPONSE_LENGTH).null_count:
             continue

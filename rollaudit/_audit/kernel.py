@@ -39,6 +39,11 @@ from .groups import (
 from .schemes import Scheme
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Why a preset leaves its one-member groups undefined (singleton="nan"), by the preset's name.
+_UNDEFINED_WHY = {
+    "rllm": "rllm drops such groups from training (min_trajs_per_group = 2)",
+    "slime-legacy": "slime's legacy normalization gives them NaN",
+}
 # verl's masked_whiten: the small constants of its masked mean and its variance.
 _WHITEN_EPS = 1e-8
 
@@ -192,6 +197,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     NaN marks an undefined advantage (a sample whose reward is not finite, or
     a one-member group under ``singleton="nan"``); nothing else is NaN.
     """
+    enc = enc.with_reward(scheme.reward)
     group_of_row, group_count = group_codes(enc, scheme)
     units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
     if units is not None and scheme.siblings == "equal":
@@ -288,6 +294,40 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     return result
 
 
+def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
+    """What a scheme did that a reader would not guess from its numbers: rows it left without a group (AReaL's
+    stride remainder) and one-member groups it leaves undefined (rllm drops them; slime's legacy path gives NaN)."""
+    label = str(scheme)
+    notes = []
+    ungrouped = ungrouped_rows(enc, scheme)
+    if ungrouped is not None:
+        rows = int(ungrouped.sum())
+        eps = f"{scheme.eps:g}"
+        how = (
+            "keep their reward"
+            if scheme.scale == "none"
+            else f"get r / {eps} (a reward of 1 becomes {1 / scheme.eps:g})"
+        )
+        notes.append(
+            f"{label}: {rows} sample{'s' if rows != 1 else ''} after the last full slice of {scheme.n} have no group: "
+            f"mean 0 and std 0, so they {how}, as in AReaL (issue #1673)"
+        )
+    if scheme.singleton == "nan":
+        groups, count = group_codes(enc.with_reward(scheme.reward), scheme)
+        units = trajectory_units(enc, groups, count) if scheme.members == "trajectories" else None
+        members = torch.bincount(groups if units is None else units.group, minlength=count + 1)[:count]
+        lone = members == 1
+        if bool(lone.any()):
+            rows = int(lone.index_select(0, groups).sum())
+            kind = "trajectory" if units is not None else "member"
+            why = next((text for prefix, text in _UNDEFINED_WHY.items() if label.startswith(prefix)), "singleton=nan")
+            notes.append(
+                f"{label}: {int(lone.sum())} group{'s' if int(lone.sum()) != 1 else ''} of one {kind} ({rows} "
+                f"sample{'s' if rows != 1 else ''}) left undefined: {why}"
+            )
+    return notes
+
+
 def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torch.Tensor]:
     """``advantages`` of every scheme, by name, in the order given.
 
@@ -300,9 +340,9 @@ def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torc
     if enc.device.type != "cpu" or workers < 2:
         return {name: advantages(enc, scheme) for name, scheme in schemes.items()}
     # Shared inputs first, in this thread: schemes with the same groups share their codes.
-    enc.all_finite  # noqa: B018
     for scheme in schemes.values():
         try:
+            enc.with_reward(scheme.reward).all_finite  # noqa: B018
             group_codes(enc, scheme)
         except SchemeError:
             break  # raised again by this scheme's own advantages, in its turn below

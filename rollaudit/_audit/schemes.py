@@ -79,6 +79,9 @@ class Scheme:
     whiten
         ``tokens``: after the group step, one whitening over each step weighted
         by response lengths (verl's ``masked_whiten``: REINFORCE++ with baseline).
+    reward
+        the column of the rewards the framework trained on: ``reward``, or another numeric column (rllm's legacy
+        verl path trains on the logged reward, which a loader keeps as ``legacy_reward``).
     dtype
         the arithmetic the framework did: ``float64`` (exact), or ``float32`` /
         ``bfloat16``, which round the rewards, the group means and stds, the
@@ -104,6 +107,7 @@ class Scheme:
     singleton: Literal["zero", "raw", "nan"] = "zero"
     whiten: Literal["none", "tokens"] = "none"
     dtype: Literal["float64", "float32", "bfloat16"] = "float64"
+    reward: str = "reward"
     nonfinite: Literal["nan", "zero"] = "nan"
     eps: float = 1e-6
     n: int | None = None
@@ -122,8 +126,10 @@ class Scheme:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SchemeError(f"{label}: {key}={value!r} must be a positive integer")
-        if not isinstance(self.group_by, str) or not self.group_by:
-            raise SchemeError(f"{label}: group_by={self.group_by!r} must name a column")
+        for key in ("group_by", "reward"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise SchemeError(f"{label}: {key}={value!r} must name a column")
         if self.whiten == "tokens" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
             raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
 
@@ -205,7 +211,9 @@ PRESETS: dict[str, Scheme] = {
         singleton="nan",
         name="rllm-rloo",
     ),
-    "rllm-verl-legacy": Scheme(groups="prompt", group_by="trajectory", singleton="raw", name="rllm-verl-legacy"),
+    "rllm-verl-legacy": Scheme(
+        groups="prompt", group_by="trajectory", singleton="raw", reward="legacy_reward", name="rllm-verl-legacy"
+    ),
     "roll-grpo": Scheme(groups="prompt", std_guard="cutoff", name="roll-grpo"),
     "roll-grpo-tags": Scheme(groups="prompt", group_by="tag", std_guard="cutoff", name="roll-grpo-tags"),
     "roll-grpo-batch": Scheme(groups="batch", std_guard="cutoff", name="roll-grpo-batch"),

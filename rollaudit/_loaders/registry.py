@@ -6,15 +6,19 @@ command line find it through this table.
 
 from __future__ import annotations
 
-from . import agent_lightning, generic, slime, trl, verl
+from . import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, trl, verl
 from .base import Format
 
 FORMATS: dict[str, Format] = {
     loader.name: loader
     for loader in (
         slime.LOADER,
+        areal.LOADER,  # before verl: its task files are named {task_id}.jsonl, like verl's {step}.jsonl
         verl.LOADER,
         trl.LOADER,
+        rllm.LOADER,
+        nemo_rl.LOADER,
+        roll.LOADER,
         agent_lightning.LOADER,
         generic.LOADER,  # last: it accepts any table (and an empty file, so that the error says so)
     )

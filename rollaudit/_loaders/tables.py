@@ -10,7 +10,9 @@ file and, for JSON Lines, the line.
 
 from __future__ import annotations
 
+import copy
 import csv
+import functools
 import json
 import re
 from pathlib import Path
@@ -95,13 +97,24 @@ def _first_line(path: Path) -> bytes | None:
 
 
 def first_json_object(path: Path) -> dict | None:
-    """The first line of a JSON Lines file as a dict, or None when it is not one."""
-    line = _first_line(path)
+    """The first line of a JSON Lines file as a dict, or None when it is not one. Parsed once per file version:
+    several formats' detectors ask for it (a copy each, so that none changes another's)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    value = _first_object(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    return copy.deepcopy(value) if value is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _first_object(path: str, size: int, mtime_ns: int, inode: int) -> dict | None:
+    line = _first_line(Path(path))
     if not line:
         return None
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if type(value) is dict else None
 
@@ -414,3 +427,28 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+MAX_JSON_DOCUMENT_BYTES = 1 << 30
+"""Largest JSON document read whole (an rllm episode file is kilobytes to megabytes)."""
+
+
+def read_json_document(path: Path) -> Any:
+    """A file holding one JSON document (not JSON Lines), parsed by Python's json; every failure one line."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_DOCUMENT_BYTES:
+            raise InputError(f"a JSON document of {size} bytes", file=str(path), expected="a file under 1 GiB")
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise InputError("JSON nested too deeply", file=str(path), expected="a JSON document rollaudit reads") from None
+    except json.JSONDecodeError as error:
+        raise InputError(
+            f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})", file=str(path)
+        ) from None
+    except ValueError:
+        raise InputError("not valid JSON: not UTF-8 text", file=str(path)) from None

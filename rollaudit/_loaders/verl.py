@@ -63,10 +63,20 @@ def detect(path: Path) -> bool:
     return first is not None and {"input", "output"} <= first.keys() and bool({"score", "step"} & first.keys())
 
 
+def _step_files(directory: Path) -> list[Path]:
+    return [path for path in directory.iterdir() if path.is_file() and _STEP_FILE.match(path.name)]
+
+
 def expand_directory(directory: Path) -> list[Path] | None:
-    """A ``rollout_data_dir``'s ``{step}.jsonl`` files, or None when it has none."""
-    files = [path for path in directory.iterdir() if path.is_file() and _STEP_FILE.match(path.name)]
-    return files or None
+    """A ``rollout_data_dir``'s ``{step}.jsonl`` files; for a run directory above it, those of its subdirectories
+    that hold them (a validation directory, ``*val*``, only when nothing else does: its steps would collide).
+    Names only: a cached load opens no dump."""
+    files = _step_files(directory)
+    if files:
+        return files
+    folders = [path for path in sorted(directory.iterdir()) if path.is_dir() and _step_files(path)]
+    training = [path for path in folders if "val" not in path.name.lower()]
+    return [file for folder in (training or folders) for file in _step_files(folder)] or None
 
 
 def _field_type(value: Any, role: str) -> pa.DataType | None:

@@ -197,6 +197,7 @@ def notes(report: Report) -> list[str]:
     """Data issues worth a line: non-finite rewards, undefined advantages, missing per-prompt view."""
     info = report.info
     lines = list(info.get("loader_notes", []))
+    lines += [line for scheme_lines in info.get("scheme_notes", {}).values() for line in scheme_lines]
     if info.get("nonfinite_rewards"):
         shown = info.get("nonfinite_rows", [])[:5]
         more = "…" if info["nonfinite_rewards"] > len(shown) else ""

@@ -1,0 +1,290 @@
+"""Write the committed samples of the agentic frameworks' own dumps: verl V1, AReaL, rllm, NeMo-RL, ROLL.
+
+    python sample_dumps/generate_agentic.py            # rewrite the samples next to this script
+    python sample_dumps/generate_agentic.py --check    # exit 1 if a committed sample differs from a fresh one
+
+Each writer follows its framework's layout field by field, as the conformance sets' READMEs describe it
+(``shared/corpus/<framework>/README.md``): small, synthetic, fixed seeds (regenerating gives the same bytes), with
+the shapes that matter to an audit: uneven groups, multi-output sessions, padding rows, calls of one attempt,
+context resets, unnamed trajectories, dynamic sampling, multi-step trajectories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _write_lines(path: Path, rows: list[dict[str, Any]], **dump: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, **dump) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# verl V1: uid = {prompt_uid}_{session_id}_{output_index}, rows sorted by uid, padding rows pad<hex>_<i>_0 at the end.
+
+
+def write_verl_v1(root: Path) -> list[Path]:
+    rng = random.Random(21)
+    rows = []
+    for prompt in range(5):
+        prompt_uid = _uuid(rng)
+        for session in range(rng.choice([1, 2, 4])):
+            reward = float(rng.choice([0.0, 1.0, 0.5]))
+            for output in range(rng.choice([1, 1, 2, 3])):
+                rows.append(
+                    {
+                        "input": f"system\nSolve it.\nuser\nTask {prompt} (part {output})\nassistant\n",
+                        "output": f"answer {rng.randint(0, 99)}",
+                        "gts": str(prompt),
+                        "score": reward,
+                        "step": 3,
+                        "uid": f"{prompt_uid}_{session}_{output}",
+                    }
+                )
+    rows.sort(key=lambda row: (row["uid"].rsplit("_", 2)[0], *map(int, row["uid"].rsplit("_", 2)[1:])))
+    padding = f"pad{rng.getrandbits(128):032x}"
+    pad_rows = [
+        {"input": "", "output": "", "gts": "0", "score": 0.0, "step": 3, "uid": f"{padding}_{i}_0"} for i in range(3)
+    ]
+    return [_write_lines(root / "verl_v1" / "rollout_data" / "3.jsonl", rows + pad_rows, ensure_ascii=False)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# AReaL: rollout/{version}/{task_id}.jsonl, one row per LLM call, no attempt key.
+
+
+def write_areal(root: Path) -> list[Path]:
+    rng = random.Random(22)
+    paths = []
+    for task in range(40, 44):
+        rows = []
+        for attempt in range(rng.choice([3, 4])):
+            reward = float(rng.choice([0.0, 1.0]))
+            for _ in range(rng.randint(1, 3)):  # the calls of one attempt, each with the attempt's reward
+                prompt_len, generated = rng.randint(20, 40), rng.randint(3, 12)
+                rows.append(
+                    {
+                        "task_id": task,
+                        "sample_idx": len(rows),
+                        "seqlen": prompt_len + generated,
+                        "prompt_len": prompt_len,
+                        "head_version": 2,
+                        "tail_version": 2,
+                        "version_rle": [[2, generated]],
+                        "reward": reward,
+                        "prompt": f"<|im_start|>user\nTask {task}<|im_end|>\n",
+                        "completion": f"Answer {attempt}.<|im_end|>",
+                        "original_reward": reward,
+                    }
+                )
+        paths.append(_write_lines(root / "areal" / "rollout" / "2" / f"{task}.jsonl", rows))
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rllm: episodes/train_step_{N}_epoch_{E}/episode_hash{h}_id{task}_{rollout}.json (json.dumps indent=2) and
+# batch_summary.json.
+
+
+def _chat(turns: list[str], reset: int | None = None) -> list[list[dict[str, str]]]:
+    """Each step's chat_completions: the conversation so far plus the reply; at ``reset`` the history restarts."""
+    steps, history = [], [{"role": "system", "content": "Solve; use tools."}]
+    for index, turn in enumerate(turns):
+        if index == reset:
+            history = [{"role": "system", "content": "Summary of the work so far."}]
+        history = [*history, {"role": "user", "content": turn}, {"role": "assistant", "content": f"step {index}"}]
+        steps.append(list(history))
+    return steps
+
+
+def write_rllm(root: Path) -> list[Path]:
+    rng = random.Random(23)
+    folder = root / "rllm" / "episodes" / "train_step_1_epoch_0"
+    files = []
+    for task in ("t-1", "t-2", "t-3"):
+        for rollout in range(3):
+            trajectories = []
+            names = ["solver", "judge"] if task == "t-2" else (["default_traj_name"] if task == "t-3" else ["solver"])
+            for name in names:
+                turns = [f"{task} turn {k}" for k in range(rng.randint(1, 3))]
+                chats = _chat(turns, reset=2 if len(turns) == 3 else None)
+                reward = None if task == "t-3" else float(rng.choice([0.0, 1.0]))
+                steps = [
+                    {
+                        "observation": turn,
+                        "thought": "",
+                        "action": f"step {k}",
+                        "reward": float(k == len(turns) - 1),
+                        "done": k == len(turns) - 1,
+                        "model_response": f"step {k}",
+                        "chat_completions": chat,
+                        "timing": {},
+                    }
+                    for k, (turn, chat) in enumerate(zip(turns, chats, strict=True))
+                ]
+                trajectories.append(
+                    {
+                        "name": name,
+                        "uid": _uuid(rng),
+                        "reward": reward,
+                        "num_steps": len(steps),
+                        "timing": {},
+                        "steps": steps,
+                    }
+                )
+            episode = {
+                "training_step": 1,
+                "epoch": 0,
+                "episode_id": f"{task}:{rollout}",
+                "session_id": None,
+                "task": {"question": task, "id": task},
+                "task_hash": f"{rng.getrandbits(32):08x}",
+                "is_correct": True,
+                "termination_reason": "env_done",
+                "metrics": {},
+                "metadata": {},
+                "timing": {},
+                "trajectories": trajectories,
+            }
+            path = folder / f"episode_hash{episode['task_hash']}_id{task}_{rollout}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(episode, indent=2, default=str) + "\n", encoding="utf-8")
+            files.append(path)
+    summary = folder / "batch_summary.json"
+    summary.write_text(
+        json.dumps(
+            {
+                "training_step": 1,
+                "epoch": 0,
+                "mode": "train",
+                "num_episodes": len(files),
+                "episode_files": [path.name for path in files],
+                "summary_stats": {},
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return [*files, summary]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NeMo-RL: train_data_step{N}.jsonl, every value a batch of one; dynamic sampling (filtered_rewards).
+
+
+def write_nemo_rl(root: Path) -> list[Path]:
+    rng = random.Random(24)
+    rows = []
+    width = 14
+    for prompt in range(4):
+        prompt_ids = [rng.randint(100, 9999) for _ in range(rng.randint(4, 6))]
+        for _ in range(rng.choice([2, 4, 4])):
+            response = [rng.randint(100, 9999) for _ in range(rng.randint(2, 4))]
+            ids = prompt_ids + response + [rng.randint(100, 9999)]  # the environment's reply: not loss-masked
+            reward = float(rng.choice([0.0, 1.0, 0.5]))
+            mask = [0] * len(prompt_ids) + [1] * len(response) + [0]
+            pad = width - len(ids)
+            rows.append(
+                {
+                    "content": [[f"<|user|> problem {prompt} <|assistant|>", "answer", "Environment: correct"]],
+                    "rewards": [float(rng.choice([0.0, 1.0]))],  # the unfiltered batch: not aligned with the rows
+                    "filtered_rewards": [reward],
+                    "input_lengths": [len(ids)],
+                    "token_ids": [ids + [0] * pad],
+                    "token_loss_mask": [mask + [0] * pad],
+                    "sample_loss_mask": [1.0],
+                    "advantages": [[0.0] * width],  # filled below: NeMo-RL's leave-one-out value on every position
+                    "generation_logprobs": [[0.0] * width],
+                    "prev_logprobs": [[0.0] * width],
+                    "idx": len(rows),
+                    "_prompt": prompt,
+                }
+            )
+    for row in rows:
+        peers = [
+            other["filtered_rewards"][0] for other in rows if other["_prompt"] == row["_prompt"] and other is not row
+        ]
+        mine = row["filtered_rewards"][0]
+        if peers:
+            baseline = sum(peers) / len(peers)
+            spread = (sum((p - baseline) ** 2 for p in peers) / (len(peers) - 1)) ** 0.5 if len(peers) > 1 else 0.0
+            value = (mine - baseline) / (spread + 1e-6) if spread > 0 else mine - baseline
+        else:
+            value = 0.0
+        row["advantages"] = [[value] * width]
+    for row in rows:
+        del row["_prompt"]
+    return [_write_lines(root / "nemo_rl" / "train_data_step3.jsonl", rows)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ROLL: rollout_dump_data.step_{N}.jsonl, ONE line of columns, one entry per trajectory.
+
+
+def write_roll(root: Path) -> list[Path]:
+    rng = random.Random(25)
+    columns: dict[str, list] = {"trajectory_data": [], "messages": [], "tools": [], "exp_name": [], "global_step": []}
+    for tag, group in (("SWEEnv", 1), ("SWEEnv", 2), ("TerminalEnv", 3)):
+        seed = rng.randint(0, 1_000_000)
+        for env_id in range(group * 10, group * 10 + 3):
+            steps = rng.randint(1, 4)
+            final = float(rng.choice([0.0, 1.0, 0.5]))
+            rewards = [rng.choice([0.0, -0.1]) for _ in range(steps - 1)] + [final]
+            data = {
+                "trajectory_id": f"{tag}_{group}_{env_id}",
+                "env_info": {"env_id": env_id, "group_id": group, "tag": tag, "seed": seed, "episode_id": 2},
+                "reward_info": {"episode_reward": sum(rewards), "step_rewards": rewards, "final_reward": final},
+            }
+            columns["trajectory_data"].append(json.dumps(data))
+            columns["messages"].append(json.dumps([[{"role": "user", "content": "fix it"}]]))
+            columns["tools"].append("[]")
+            columns["exp_name"].append("sample")
+            columns["global_step"].append(2)
+    return [_write_lines(root / "roll" / "rollout_dump_data.step_2.jsonl", [columns])]
+
+
+WRITERS = (write_verl_v1, write_areal, write_rllm, write_nemo_rl, write_roll)
+
+
+def write_all(root: Path) -> list[Path]:
+    """Write every sample under ``root``; the paths relative to it."""
+    return [path.relative_to(root) for writer in WRITERS for path in writer(root)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare the committed samples with fresh ones")
+    args = parser.parse_args(argv)
+    if not args.check:
+        for path in write_all(HERE):
+            print(f"wrote {HERE.name}/{path}")
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        differ = [
+            path
+            for path in write_all(root)
+            if not (HERE / path).is_file() or (HERE / path).read_bytes() != (root / path).read_bytes()
+        ]
+    for path in differ:
+        print(f"differs from a fresh sample: {HERE.name}/{path}", file=sys.stderr)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""NeMo-RL's own training-data logs against NeMo-RL's own estimators (grpo and dapo runs, both steps)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+import rollaudit
+from tests.conformance.conftest import assert_matches, corpus
+
+PRESETS = {
+    "nemo-loo": "nemo_grpo_loo_std",
+    "nemo-loo(scale=none)": "nemo_grpo_loo_nostd",
+    "nemo-grpo": "nemo_grpo_mean_std",
+    "nemo-grpo(scale=none)": "nemo_grpo_mean_nostd",
+}
+FILES = [(run, step) for run in ("grpo", "dapo") for step in (3, 4)]
+
+
+@pytest.mark.parametrize(("run", "step"), FILES, ids=[f"{run}-{step}" for run, step in FILES])
+def test_every_preset_equals_nemos_own_values(run, step):
+    table = rollaudit.load(corpus("nemo_rl") / run / f"train_data_step{step}.jsonl")
+    expected = pq.read_table(corpus("nemo_rl") / run / f"expected_step{step}.parquet").to_pandas()
+    assert table.column("prompt").to_pylist() == expected["prompt_key"].tolist()
+    assert_matches(f"nemo_rl: reward = reward ({run})", table.column("reward").to_numpy(), expected["reward"])
+    recorded = table.column("recorded_advantage").to_numpy(zero_copy_only=False)
+    assert_matches(f"nemo_rl: recorded = dump_advantage ({run})", recorded, expected["dump_advantage"])
+    assert table.column("response_length").to_pylist() == expected["n_loss_tokens"].tolist()
+    # key_matches_upstream false: a prompt the data processor truncated, whose upstream key takes in the response.
+    keep = expected["key_matches_upstream"].to_numpy()
+    recomputed = rollaudit.recompute(table, list(PRESETS), device="cpu")
+    for preset, column in PRESETS.items():
+        assert_matches(f"nemo_rl: {preset} = {column}", recomputed.column(preset).to_numpy(), expected[column], keep)
+
+
+def test_dynamic_sampling_reads_filtered_rewards_and_says_rewards_are_not_aligned():
+    report = rollaudit.audit(rollaudit.load(corpus("nemo_rl") / "dapo"), schemes=["nemo-loo"], device="cpu")
+    notes = report.info["loader_notes"]
+    assert any("filtered_rewards" in note and "47 rows differ" in note for note in notes)
+    assert any("41 rows differ" in note for note in notes)
+
+
+def test_compare_names_the_estimator_the_run_used():
+    report = rollaudit.audit(rollaudit.load(corpus("nemo_rl") / "grpo" / "train_data_step3.jsonl"), device="cpu")
+    assert report.detection.closest.scheme == "nemo-loo"
