@@ -209,3 +209,13 @@ def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
 def test_sparkline_scales_to_the_largest_and_leaves_gaps_for_undefined():
     assert _render.sparkline([0.0, 0.5, 1.0, float("nan")]) == "▁▅█ "
     assert _render.sparkline([0.0, 0.0]) == "▁▁"
+
+
+def test_found_counts_agree_in_number():
+    from rollaudit._render.text import counted
+
+    assert counted(1, "groups of unnamed trajectories") == "1 group of unnamed trajectories"
+    assert counted(2, "groups of unnamed trajectories") == "2 groups of unnamed trajectories"
+    assert counted(1, "padding rows left out") == "1 padding row left out"
+    assert counted(1, "trajectory groups") == "1 trajectory group"
+    assert counted(1234, "rows (one per LLM call)") == "1,234 rows (one per LLM call)"

@@ -152,3 +152,13 @@ def test_custom_scheme_object():
 def test_positional_slices_must_fit():
     with pytest.raises(SchemeError, match="not a multiple of n=2"):
         advantages([1, 2, 3], [0, 0, 0], "positional(n=2)")
+
+
+def test_readme_lists_every_preset():
+    # The README's scheme table is the user's index of presets: it must name each one (docs kept true by a test).
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)(?:\([^`]*\))?` \|", readme, flags=re.MULTILINE))
+    assert set(rollaudit.PRESETS) - {"custom"} <= listed

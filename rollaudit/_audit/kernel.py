@@ -174,7 +174,7 @@ def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.
     if enc.response_length is None or bool(torch.isnan(enc.response_length).any()):
         raise SchemeError(
             f"{scheme.name or 'scheme'}: whitening by tokens needs the response length of every sample",
-            expected="a response_length column (a dump that records token counts, or --... a table with one)",
+            expected="a response_length column (a dump that records token counts, or a table with one)",
         )
     steps = step_segments(enc)
     defined = torch.isfinite(values) if enc.all_finite else enc.finite & torch.isfinite(values)

@@ -14,10 +14,13 @@ Rollout dump (``--save-debug-rollout-data``, ``D/rollout_data/<id>.pt``)
 
 Train dump (``--save-debug-train-data``, ``D/train_data/<id>_<rank>.pt``)
   format_version 2. Its samples join the rollout dump of the same step on
-  ``sample_index`` = ``index`` (``rollout_position`` = ``position`` when a
-  sample has no index); the trainer's normalized reward (``rewards``)
-  becomes ``recorded_advantage``. Rollout samples the trainer dropped keep a
-  null recorded advantage.
+  ``rollout_position`` (the sample's place in the rollout dump), checked
+  against ``sample_index`` = the rollout sample's ``index``; on slime's agent
+  path every sample a trajectory emits copies its base sample's index, so the
+  index alone is a join key only in a dump without ``rollout_position`` and
+  with unique indexes. The trainer's normalized reward (``rewards``) becomes
+  ``recorded_advantage``. Rollout samples the trainer dropped (a step's
+  remainder that filled no micro-batch) keep a null recorded advantage.
 
 Whole runs: ``reduce_file`` reads one dump into a small table (a rollout
 dump's canonical table, or a train dump's join keys and recorded

@@ -185,10 +185,34 @@ def counts_line(report: Report) -> str:
     )
 
 
+# The nouns of the loaders' counts (``found``), plural -> singular, for ``1 padding row left out``.
+_COUNTED_NOUNS = {
+    "samples": "sample",
+    "rows": "row",
+    "groups": "group",
+    "trajectories": "trajectory",
+    "prompts": "prompt",
+    "tasks": "task",
+    "sessions": "session",
+    "outputs": "output",
+}
+
+
+def counted(number_of: int, what: str) -> str:
+    """``3 padding rows left out``, ``1 padding row left out``: the first counted noun of ``what`` agrees."""
+    words = what.split(" ")
+    if number_of == 1:
+        for index, word in enumerate(words):
+            if word in _COUNTED_NOUNS:
+                words[index] = _COUNTED_NOUNS[word]
+                break
+    return f"{number_of:,} {' '.join(words)}"
+
+
 def found_lines(report: Report) -> list[str]:
     """What the loader found, one line per label: ``verl V1 (...): 40 prompts, 282 sessions, 392 outputs``."""
     return [
-        f"{label}: " + ", ".join(f"{number_of:,} {what}" for what, number_of in counts.items())
+        f"{label}: " + ", ".join(counted(number_of, what) for what, number_of in counts.items())
         for label, counts in report.info.get("found", {}).items()
     ]
 
