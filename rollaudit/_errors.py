@@ -6,6 +6,16 @@ escaping a command is a bug.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'prompt'?)`` for a near miss among ``choices``, else ``""``: a typo named, not a list."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 class RollauditError(Exception):
     """Bad input or usage: one line that names the file, the field or row, and what was expected."""

@@ -105,7 +105,7 @@ def test_to_dict_is_versioned_json():
 
 def test_repr_html_renders_the_summary():
     html = rollaudit.audit(seed_like_table())._repr_html_()
-    assert "<table" in html and "sign_flip_rate" in html and "batch" in html
+    assert "<table" in html and "sign flips" in html and "batch" in html and "Verdict" in html
 
 
 def test_recompute_names_columns_as_given():

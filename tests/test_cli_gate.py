@@ -167,7 +167,7 @@ def test_unreadable_config_exits_2_naming_the_file_and_key(tmp_path):
     assert "broken.toml: not valid TOML" in assert_one_line_error(gate(FANOUT, "--config", "broken.toml"))
     (tmp_path / "pyproject.toml").write_text('[tool.rollaudit.gate]\nmaximum = ["batch:sign_flip_rate=0.01"]\n')
     line = assert_one_line_error(gate(FANOUT))
-    assert "pyproject.toml: field 'maximum': unknown key; known: max, min" in line
+    assert "pyproject.toml: field 'maximum': unknown key (did you mean 'max'?); known: max, min" in line
     (tmp_path / "pyproject.toml").write_text('[tool.rollaudit.gate]\nmax = ["batch:sign_flip_rate=lots"]\n')
     assert "field 'max'" in assert_one_line_error(gate(FANOUT))
 

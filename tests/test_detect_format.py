@@ -79,7 +79,7 @@ def test_unknown_content_lists_every_format(tmp_path: Path):
     cases = {
         "notes.txt": b"hello",
         "binary.bin": b"\x00\x01\x02\x03 not a table",
-        "one_column.csv": b"reward\n1\n",
+        "one_column.txt": b"reward\n1\n",  # a one-column CSV reads, but only under a .csv or .tsv name
         "array.json": b"[1, 2, 3]\n",
         "bad_first_line.jsonl": b'{"reward": 1,\n',
     }

@@ -65,7 +65,7 @@ def test_parse_bound_reads_scheme_metric_limit_including_scheme_options_and_perc
         ("batch:sign_flip_rate", "expected SCHEME:METRIC=LIMIT"),
         ("sign_flip_rate=0.01", "expected SCHEME:METRIC=LIMIT"),
         ("batch:flips=0.01", "unknown metric 'flips'; known: sign_flip_rate, strict_flip_rate, nonzero"),
-        ("bacth:sign_flip_rate=0.01", "unknown scheme 'bacth'; known: batch, prompt"),
+        ("bacth:sign_flip_rate=0.01", "unknown scheme 'bacth' (did you mean 'batch'?); known: batch, prompt"),
         ("batch:sign_flip_rate=lots", "'lots' is not a number"),
         ("batch:sign_flip_rate=nan", "is not a finite number"),
         ("batch:nonzero=5%", "a percentage is only allowed on a rate"),
@@ -88,7 +88,7 @@ def test_parse_requirement_accepts_the_four_names_and_underscores():
         "trajectory-key",
         "finite-rewards",
     ]
-    with pytest.raises(UsageError, match="unknown requirement; known: prompt-key, trajectory-key, finite-rewards"):
+    with pytest.raises(UsageError, match=r"unknown requirement.*; known: prompt-key, trajectory-key, finite-rewards"):
         parse_requirement("singletons")
 
 
@@ -419,7 +419,10 @@ def test_no_config_and_no_rules_is_a_usage_error(tmp_path):
     ("content", "expected"),
     [
         ("[tool.rollaudit.gate]\nmax = [", "not valid TOML"),
-        ("[tool.rollaudit.gate]\nmaximum = ['batch:sign_flip_rate=0.01']", "field 'maximum': unknown key; known: max"),
+        (
+            "[tool.rollaudit.gate]\nmaximum = ['batch:sign_flip_rate=0.01']",
+            "field 'maximum': unknown key (did you mean 'max'?); known: max",
+        ),
         ("[tool.rollaudit.gate]\nmax = ['batch:flips=0.01']", "field 'max': 'batch:flips=0.01': unknown metric"),
         ("[tool.rollaudit.gate]\nmax = 3", "field 'max': must be a list of SCHEME:METRIC=LIMIT strings"),
         ("[tool.rollaudit.gate]\nrequire = [1]", "field 'require': must be a string or a list of strings"),

@@ -51,6 +51,10 @@ def test_group_sizes_figure(audited):
     assert heights == {size: count for size, count in report.histograms["samples_per_prompt"].items()}
 
 
+def _points(axis) -> np.ndarray:
+    return np.concatenate([collection.get_offsets() for collection in axis.collections])
+
+
 def test_advantage_scatter_figure(audited):
     report, advantages = audited
     figure = _plots.advantage_scatter_figure(report, advantages)
@@ -61,9 +65,30 @@ def test_advantage_scatter_figure(audited):
     assert all(axis.get_xlabel() == "advantage under prompt (reference)" for axis in axes)
     batch_axis = axes[0]
     assert batch_axis.get_title().startswith(f"batch: {report.summary.loc['batch', 'sign_flip_rate'] * 100:.1f}%")
-    points = batch_axis.collections[0].get_offsets()
-    np.testing.assert_allclose(points[:, 0], advantages["prompt"])
-    np.testing.assert_allclose(points[:, 1], advantages["batch"])
+    points = _points(batch_axis)
+    order = np.lexsort((points[:, 1], points[:, 0]))
+    expected = np.column_stack([advantages["prompt"], advantages["batch"]])
+    np.testing.assert_allclose(points[order], expected[np.lexsort((expected[:, 1], expected[:, 0]))])
+    # One colour per kind of point, counted in the legend as the metrics count them.
+    kinds = {collection.get_label().split(":")[0]: collection for collection in batch_axis.collections}
+    assert list(kinds) == [label for _, label, _, _ in _plots.POINT_KINDS]
+    colours = {tuple(np.round(collection.get_facecolor()[0][:3], 3)) for collection in batch_axis.collections}
+    assert len(colours) == 4
+    summary = report.summary.loc["batch"]
+    invented = kinds["signal invented (reference 0, scheme ≠ 0)"]
+    assert len(invented.get_offsets()) == summary["spurious_nonzero"] == 35
+    assert invented.get_label().endswith(": 35")
+    assert len(kinds["pushed the opposite way"].get_offsets()) == round(summary["strict_flip_rate"] * 178) == 0
+    assert [text.get_text() for text in batch_axis.get_legend().get_texts()][2].endswith(": 35")
+
+
+def test_the_scatter_plots_the_recorded_advantages_when_the_dump_has_them():
+    report = rollaudit.audit(rollaudit.load(DUMP_DETAILS), device="cpu", keep_advantages=True)
+    figure = _plots.figures(report)["advantage_scatter"]
+    labels = [axis.get_ylabel() for axis in _axes_with_content(figure)]
+    assert labels == ["advantage under batch", "advantage under trajectory", "advantage under recorded"]
+    recorded = _axes_with_content(figure)[2]
+    assert len(_points(recorded)) == 24  # the 24 trained samples; the 2 the schedule dropped have none
 
 
 def test_scatter_thins_out_huge_batches(audited, monkeypatch):
@@ -71,7 +96,7 @@ def test_scatter_thins_out_huge_batches(audited, monkeypatch):
     monkeypatch.setattr(_plots, "MAX_SCATTER_POINTS", 50)
     figure = _plots.advantage_scatter_figure(report, advantages)
     assert "every 4th of 178 samples" in figure.get_suptitle()
-    assert len(figure.axes[0].collections[0].get_offsets()) == 45
+    assert len(_points(figure.axes[0])) == 45
 
 
 def test_per_step_figure(audited):
@@ -94,12 +119,12 @@ def test_per_step_figure(audited):
 
 def test_write_plots_png_files(audited, tmp_path):
     report, _ = audited
-    paths = _plots.write_plots(report, tmp_path / "plots")
+    paths = _plots.write_plots(report, tmp_path / "plots")  # the scatter: batch, trajectory and recorded
     assert [path.name for path in paths] == ["group_sizes.png", "advantage_scatter.png", "per_step.png"]
     expected = {
-        "group_sizes.png": ((1200, 360), "Group sizes (178 samples)"),
-        "advantage_scatter.png": ((840, 400), "Advantage under each scheme against the reference prompt; 178 samples"),
-        "per_step.png": ((1500, 400), "Per step (3 steps)"),
+        "group_sizes.png": ((1800, 540), "Group sizes (178 samples)"),
+        "advantage_scatter.png": ((1980, 660), "Advantage under each scheme against the reference prompt; 178 samples"),
+        "per_step.png": ((2250, 600), "Per step (3 steps)"),
     }
     for path in paths:
         with Image.open(path) as image:
@@ -130,7 +155,23 @@ def test_plot_directory_checked_before_loading(tmp_path, monkeypatch):
     monkeypatch.setattr(rollaudit, "load", lambda *a, **k: pytest.fail("loaded"))
     a_file = tmp_path / "file"
     a_file.write_text("")
-    for bad in (a_file, tmp_path / "missing" / "figures"):
+    for bad in (a_file, a_file / "figures"):
         result = CliRunner().invoke(app, ["compare", str(FANOUT), "--plot", str(bad)], catch_exceptions=False)
         assert result.exit_code == 2
         assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_plot_makes_every_missing_directory(tmp_path):
+    target = tmp_path / "a" / "b" / "c"
+    result = CliRunner().invoke(app, ["compare", str(FANOUT), "--plot", str(target), "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(path.name for path in target.iterdir()) == sorted(_plots.FILES.values())
+
+
+def test_per_step_ticks_are_whole_steps(audited):
+    report, _ = audited
+    figure = _plots.per_step_figure(report)
+    figure.canvas.draw()
+    for axis in figure.axes:
+        ticks = axis.get_xticks()
+        assert np.all(ticks == np.round(ticks)), ticks

@@ -259,7 +259,7 @@ def test_report_to_dict_best_match_is_a_scheme_recompute_accepts():
     assert np.abs(recomputed - recorded).max() <= document["recorded"]["allowed_error"]
     assert {fit["scheme"] for fit in document["recorded"]["fits"]} >= {"prompt", "batch", "nemo-loo", best}
     assert "recorded" in document["summary"] and "recorded" in document["per_step"]["10"]
-    assert "recorded advantages match trl-group(n=4)" in report._repr_html_()
+    assert "Recorded advantages match trl-group(n=4)" in report._repr_html_()
 
 
 def test_a_scheme_named_recorded_is_refused():

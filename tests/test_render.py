@@ -160,9 +160,20 @@ def test_verdicts_quote_the_reports_numbers(seed_report):
     lines = verdicts(seed_report)
     batch = next(line for line in lines if line.startswith("batch:"))
     summary = seed_report.summary.loc["batch"]
-    assert percent(summary["sign_flip_rate"]) in batch
-    assert f"{int(summary['spurious_nonzero'])} samples with no learning signal got an advantage" in batch
+    assert summary["strict_flip_rate"] == 0 < summary["sign_flip_rate"]  # every flip here is invented signal
+    assert "batch: 0 samples pushed the opposite way" in batch
+    assert f"{int(summary['spurious_nonzero'])} samples given an advantage without learning signal" in batch
+    assert "another sign" not in batch and "other way" not in batch
     assert not any(line.startswith("prompt:") for line in lines)  # the reference is not judged against itself
+
+
+def test_verdicts_count_reversals_apart_from_invented_signal():
+    # The batch mean is 1.4: prompt 1's two 1s (above their mean 2/3) turn negative, prompt 2's 2 (below its
+    # mean 2.5) turns positive: three reversals, and no sample without signal.
+    table = rollaudit.make_table(reward=[0, 1, 1, 2, 3], prompt=[1, 1, 1, 2, 2])
+    report = rollaudit.audit(table, device="cpu")
+    batch = next(line for line in verdicts(report) if line.startswith("batch:"))
+    assert batch.startswith("batch: 3 samples pushed the opposite way (60.0%), 0 samples given an advantage")
 
 
 def test_render_inspect():
@@ -185,10 +196,14 @@ def test_narrow_terminal_hides_the_least_important_columns_and_says_so(seed_repo
     assert "hidden at this width" not in wide
     narrow = text_of(render_compare(seed_report, LOAD), width=80)
     assert max(len(line) for line in narrow.splitlines()) <= 80
-    assert "hidden at this width: strict flips" in narrow
+    assert "hidden at this width: lost" in narrow
     header = next(line for line in narrow.splitlines() if line.startswith("scheme"))
-    assert "spurious" in header  # the columns that say how wrong survive
-    assert "sign" in narrow.split("scheme")[0].splitlines()[-1]
+    headers_above = narrow.split("\nscheme")[0].splitlines()[-1]
+    # Reversals and invented signal say how wrong: they are the last columns a narrow terminal loses.
+    assert "spurious" in header and "strict" in headers_above
+    tiny = text_of(render_compare(seed_report, LOAD), width=40)
+    tiny_header = next(line for line in tiny.splitlines() if line.startswith("scheme"))
+    assert "spurious" in tiny_header or "strict" in tiny.split("\nscheme")[0].splitlines()[-1]
 
 
 def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():

@@ -154,7 +154,7 @@ def audit(
         keys = table.column(PROMPT).take(pa.array(first_rows)).to_pylist()
         prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns})
         whole = [name for name in prompts.columns if name.split(":")[0] in ("flips", "spurious")]
-        prompts[whole] = prompts[whole].astype("int64")
+        prompts[whole] = prompts[whole].astype("Int64")  # counts; NA where nothing was compared
         info["prompts"] = groups.count
         info["trajectories"] = int(groups.trajectories.sum())
     step_groups = _step_groups(prompts)

@@ -7,6 +7,7 @@ the comparison and counted in ``undefined``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,8 +171,14 @@ def per_prompt(
         columns[f"mean_advantage:{name}"] = _ratio(_sum(safe, group, count), _sum(defined, group, count))
         if name == reference:
             continue
-        columns[f"flips:{name}"] = _sum((scheme_sign != reference_sign) & defined, group, count)
-        columns[f"spurious:{name}"] = _sum((scheme_sign != 0) & (reference_sign == 0) & defined, group, count)
+        # A prompt with no sample defined on both sides (no recorded value there) has no count: NaN, not 0.
+        compared = _sum(defined, group, count) > 0
+        for column, changed in (
+            (f"flips:{name}", scheme_sign != reference_sign),
+            (f"spurious:{name}", (scheme_sign != 0) & (reference_sign == 0)),
+        ):
+            counts = _sum(changed & defined, group, count).to(F64)
+            columns[column] = torch.where(compared, counts, torch.full_like(counts, math.nan))
     return {name: values.cpu().numpy() for name, values in columns.items()}
 
 

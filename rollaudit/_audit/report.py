@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,14 +20,14 @@ recorded in the dump; no scheme may take it."""
 
 
 def json_value(value: Any) -> Any:
-    """A JSON-ready copy: numpy scalars to Python, NaN and inf to None (undefined)."""
+    """A JSON-ready copy: numpy scalars to Python, NaN, inf and pandas' NA to None (undefined)."""
     if isinstance(value, dict):
         return {str(key): json_value(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_value(item) for item in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
+    if (isinstance(value, float) and not math.isfinite(value)) or value is pd.NA:
         return None
     return value
 
@@ -139,19 +138,10 @@ class Report:
         return json_value(document)
 
     def _repr_html_(self) -> str:
-        info = self.info
-        head = (
-            f"<p><b>rollaudit</b>: {info.get('samples', 0)} samples, {info.get('steps', 0)} steps, "
-            f"{info.get('prompts', 0)} prompts, {info.get('trajectories', 0)} trajectories; "
-            f"reference <code>{html.escape(self.reference)}</code></p>"
-        )
-        if self.recorded is not None:
-            from .._render.text import recorded_sentence
+        """The HTML report in a notebook cell: verdict, tables and figures (the page ``--html`` writes)."""
+        from .._render.html import notebook_html
 
-            head += f"<p>{html.escape(recorded_sentence(self))}</p>"
-        worst = self.worst_prompts(5)
-        tail = "" if worst.empty else "<p>Worst prompts</p>" + worst.to_html()
-        return head + self.summary.to_html(float_format=lambda value: f"{value:.4g}", na_rep="n/a") + tail
+        return notebook_html(self)
 
     def __repr__(self) -> str:
         return (

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .._errors import SchemeError
+from .._errors import SchemeError, did_you_mean
 
 Groups = Literal["batch", "prompt", "positional", "legacy"]
 
@@ -260,7 +260,7 @@ def get_scheme(spec: str | Scheme) -> Scheme:
         raise SchemeError(f"cannot parse scheme {label!r}: expected NAME or NAME(key=value, ...)")
     name, arguments = match.group(1), match.group(2)
     if name not in PRESETS:
-        raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(PRESETS)}")
+        raise SchemeError(f"unknown scheme {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}")
     options: dict[str, object] = {}
     for item in filter(None, (part.strip() for part in (arguments or "").split(","))):
         key, sep, value = (part.strip() for part in item.partition("="))
@@ -268,7 +268,8 @@ def get_scheme(spec: str | Scheme) -> Scheme:
             raise SchemeError(f"{label}: {item!r} is not key=value")
         if key not in _ALL_KEYS:
             others = ", ".join(k for k in _ALL_KEYS if k not in _SPEC_KEYS)
-            raise SchemeError(f"{label}: unknown key {key!r}; keys: {', '.join(_SPEC_KEYS)} (and {others})")
+            hint = did_you_mean(key, _ALL_KEYS)
+            raise SchemeError(f"{label}: unknown key {key!r}{hint}; keys: {', '.join(_SPEC_KEYS)} (and {others})")
         if key in options:
             raise SchemeError(f"{label}: {key} given twice")
         options[key] = _parse_value(key, value, label)

@@ -51,6 +51,20 @@ _NO_ARGS_IS_HELP: type[Exception] = getattr(click_exceptions, "NoArgsIsHelpError
 )
 
 
+INTERRUPTED = 130
+"""The exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it)."""
+
+
+def _error(line: str, code: int) -> int:
+    """``error: <line>`` on stderr; a usage or input error also annotates a GitHub Actions run."""
+    typer.echo(f"error: {line}", err=True)
+    if code == 2:
+        from .._render.gate import emit_github_error
+
+        emit_github_error(line)
+    return code
+
+
 class RollauditGroup(TyperGroup):
     """The command group; its ``main`` is the one place where exceptions become exit codes."""
 
@@ -62,6 +76,9 @@ class RollauditGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        from .io import start_command_clock
+
+        start_command_clock()
         with warnings.catch_warnings():
             # "always": the same warning in a second run of the same process (tests, notebooks) still shows.
             warnings.simplefilter("always", RollauditWarning)
@@ -84,8 +101,11 @@ class RollauditGroup(TyperGroup):
         try:
             result = run()
         except RollauditError as error:
-            typer.echo(f"error: {error.line()}", err=True)
-            return error.exit_code
+            return _error(error.line(), error.exit_code)
+        except KeyboardInterrupt:
+            # Ctrl-C: one line, and the shell's code for SIGINT (nothing was written half-way: outputs are atomic).
+            typer.echo("error: interrupted", err=True)
+            return INTERRUPTED
         except _NO_ARGS_IS_HELP as error:
             # ``rollaudit`` alone asks for help: not a mistake. The message is the help text (rich help,
             # were it switched on, would have printed itself already and left the message empty).
@@ -101,14 +121,17 @@ class RollauditGroup(TyperGroup):
             hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
             # typer words a bad choice through pydantic ("Value error, 'gpu' is not one of ..."): drop the prefix.
             message = _one_line(error.format_message()).replace("Value error, ", "")
-            typer.echo(f"error: {message}{hint}", err=True)
-            return error.exit_code
+            return _error(f"{message}{hint}", error.exit_code)
         except click_exceptions.ClickException as error:
-            typer.echo(f"error: {_one_line(error.format_message())}", err=True)
-            return error.exit_code
-        except typer.Abort:
+            return _error(_one_line(error.format_message()), error.exit_code)
+        except typer.Abort as error:
+            if isinstance(error.__cause__, KeyboardInterrupt):  # click's own Ctrl-C handling
+                typer.echo("error: interrupted", err=True)
+                return INTERRUPTED
             typer.echo("error: aborted", err=True)
             return 1
+        if result == INTERRUPTED:  # typer turns Ctrl-C in a command into a quiet exit 130
+            typer.echo("error: interrupted", err=True)
         return result if isinstance(result, int) else 0
 
 

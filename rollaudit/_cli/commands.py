@@ -15,7 +15,16 @@ import typer
 from .._errors import UsageError
 from .._loaders.options import LoadOptions
 from .app import app
-from .io import check_plot_directory, echo_status, load_inputs, log_console, terminal_text, write_text
+from .io import (
+    audit_status,
+    check_plot_directory,
+    command_seconds,
+    echo_status,
+    load_inputs,
+    print_report,
+    terminal_text,
+    write_text,
+)
 from .options import LOAD, Device, DeviceOption, Inputs, Quiet, Reference, Schemes, scheme_strings
 
 ADVANTAGE_PREFIX = "advantage:"
@@ -49,6 +58,14 @@ def compare(
             "--plot", metavar="DIR", help="Write PNGs into this directory: group sizes, advantage scatter, per step."
         ),
     ] = None,
+    html_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Also write the report as one self-contained HTML page (figures inline, no network).",
+        ),
+    ] = None,
     top: Annotated[
         int, typer.Option("--top", min=0, metavar="N", help="How many prompts each prompt table shows.")
     ] = 5,
@@ -57,35 +74,53 @@ def compare(
     """Recompute advantages under several schemes and show how far each is from the reference.
 
     Default schemes: batch,prompt,trajectory; reference: prompt.
+
+    Examples:
+
+    \b
+      rollaudit compare run/rollout_data/                       # a whole run, one batch per step
+      rollaudit compare dump.pt -s 'batch,verl-grpo' -r prompt  # framework presets against GRPO
+      rollaudit compare run/ --markdown -o report.md --html report.html --plot figures/
     """
     if as_json and as_markdown:
         raise UsageError("--json and --markdown exclude each other", expected="one output format")
     from .._output import check_writable
 
     output_path = check_writable(output) if output is not None else None
+    html_path = check_writable(html_file) if html_file is not None else None
     plot_directory = check_plot_directory(plot) if plot is not None else None
     import rollaudit
 
     names = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
     rollaudit.get_scheme(reference)
     loaded = load_inputs(inputs, load, quiet=quiet)
-    report = rollaudit.audit(
-        loaded.table, schemes=names, reference=reference, device=device.value, keep_advantages=plot is not None
-    )
+    with audit_status(loaded.table.num_rows, len(names), quiet):
+        report = rollaudit.audit(
+            loaded.table,
+            schemes=names,
+            reference=reference,
+            device=device.value,
+            keep_advantages=plot is not None or html_file is not None,
+        )
     from .._render.registry import COMPARE_RENDERERS
 
+    loaded.summary["command_seconds"] = command_seconds()
     rendered = COMPARE_RENDERERS["json" if as_json else "markdown" if as_markdown else "terminal"](
         report, loaded.summary, top=top
     )
     if isinstance(rendered, str):
         write_text(rendered, output_path, quiet)
     elif output_path is None:
-        from rich.console import Console
-
-        Console(highlight=False).print(rendered)
+        print_report(rendered)
     else:
         write_text(terminal_text(rendered), output_path, quiet)
 
+    if html_path is not None:
+        from .._output import write_atomic
+        from .._render.html import render_html
+
+        write_atomic(html_path, render_html(report, loaded.summary, top=max(top, 10)))
+        echo_status(f"wrote {html_path}", quiet)
     if plot_directory is not None:
         from .._render.plots import write_plots
 
@@ -105,7 +140,14 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     quiet: Quiet = False,
 ) -> None:
-    """What a dump holds (format, steps, counts, fields, reward type, key coverage), without recomputing."""
+    """What a dump holds (format, steps, counts, fields, reward type, key coverage), without recomputing.
+
+    Examples:
+
+    \b
+      rollaudit inspect dump.pt
+      rollaudit inspect export.parquet --prompt-col data_id --json
+    """
     loaded = load_inputs(inputs, load, quiet=quiet)
     from rollaudit import describe
 
@@ -115,9 +157,7 @@ def inspect(
     if isinstance(rendered, str):
         write_text(rendered, None, quiet)
     else:
-        from rich.console import Console
-
-        Console(highlight=False).print(rendered)
+        print_report(rendered)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -143,7 +183,14 @@ def convert(
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:
-    """Write the canonical table (plus an advantage:<scheme> column per --schemes entry) to a file."""
+    """Write the canonical table (plus an advantage:<scheme> column per --schemes entry) to a file.
+
+    Examples:
+
+    \b
+      rollaudit convert run/rollout_data/ -o rollouts.parquet
+      rollaudit convert dump.pt -o table.csv -s 'batch,prompt'
+    """
     from .._output import check_writable, write_atomic
     from .._render.table_files import TABLE_WRITERS
 
@@ -292,6 +339,13 @@ def gate(
     Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --config);
     the options are merged over the file. Under GitHub Actions, failed rules become ::error annotations and a
     summary is appended to $GITHUB_STEP_SUMMARY.
+
+    Examples:
+
+    \b
+      rollaudit gate run/rollout_data/ --max batch:sign_flip_rate=1%
+      rollaudit gate run/ --expect-recorded 'slime-2204' --require prompt-key
+      rollaudit gate run/ --baseline ci/baseline.json --baseline-tolerance '*:1%'
     """
     from .._gate.baseline import write_baseline
     from .._gate.config import gate_config, load_gate_config, require_rules
@@ -315,7 +369,8 @@ def gate(
     junit_path = check_writable(junit) if junit is not None else None
     baseline_path = check_writable(write_baseline_file) if write_baseline_file is not None else None
     table = load_inputs(inputs, load, quiet=quiet).table
-    result = run_gate(table, config, device.value)
+    with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
+        result = run_gate(table, config, device.value)
 
     if baseline_path is not None:
         if result.report is not None:
@@ -326,7 +381,7 @@ def gate(
     if as_json:
         typer.echo(to_json(result), nl=False)
     elif result.results:  # a run that only writes a baseline has no rule to show
-        log_console().print(terminal(result))
+        print_report(terminal(result))
     if junit_path is not None:
         write_atomic(junit_path, junit_xml(result))
         echo_status(f"wrote {junit_path}", quiet)

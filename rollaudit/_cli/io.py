@@ -27,6 +27,19 @@ CI_LOG_WIDTH = 120
 """Columns of a table when stdout is no terminal and COLUMNS is unset (a CI log); rich would use 80."""
 
 
+_COMMAND_STARTED: list[float] = []
+
+
+def start_command_clock() -> None:
+    """Mark the start of a command (the command group's ``main``): the report header's "in all" time."""
+    _COMMAND_STARTED[:] = [time.perf_counter()]
+
+
+def command_seconds() -> float | None:
+    """Seconds since :func:`start_command_clock`, or None outside a command."""
+    return round(time.perf_counter() - _COMMAND_STARTED[0], 4) if _COMMAND_STARTED else None
+
+
 @dataclass
 class Loaded:
     """A loaded table and what the load was: the ``load`` object of ``--json`` and the report header."""
@@ -72,6 +85,21 @@ def progress(files: list[Path], sizes: list[int], quiet: bool, console: Console 
         yield on_file
 
 
+AUDIT_STATUS_MIN_SAMPLES = 1_000_000
+"""An audit of at least this many samples shows a spinner on stderr (on a terminal): the run is working."""
+
+
+@contextmanager
+def audit_status(samples: int, schemes: int, quiet: bool, console: Console | None = None) -> Iterator[None]:
+    """A transient ``auditing ...`` spinner on stderr while a long audit runs (never in a pipe or a log)."""
+    console = console or _stderr_console()
+    if quiet or samples < AUDIT_STATUS_MIN_SAMPLES or not console.is_terminal:
+        yield
+        return
+    with console.status(f"auditing {samples:,} samples under {schemes} schemes", spinner="dots"):
+        yield
+
+
 def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool) -> Loaded:
     """Expand the inputs, load them with ``load`` (a progress bar when big) and say what was loaded."""
     import rollaudit
@@ -94,15 +122,18 @@ def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool) -> Loaded:
 
 
 def check_plot_directory(directory: Path) -> Path:
-    """A directory to write PNGs into: an existing writable one, or one that can be made. Checked up front."""
+    """A directory for the figures: an existing writable one, or one whose missing levels (``a/b/c``) can be
+    made under its nearest existing ancestor. Checked up front; made when the figures are written."""
     from .._output import check_writable
 
     if directory.exists() and not directory.is_dir():
-        raise UsageError("is not a directory", file=str(directory), expected="a directory for the PNGs")
-    if directory.is_dir():
-        check_writable(directory / "group_sizes.png")
-    else:
-        check_writable(directory)
+        raise UsageError("is not a directory", file=str(directory), expected="a directory for the figures")
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError("is not a directory", file=str(existing), expected="a directory for the figures")
+    check_writable(existing / "group_sizes.png")
     return directory
 
 
@@ -122,22 +153,31 @@ def write_text(text: str, output: Path | None, quiet: bool) -> None:
     echo_status(f"wrote {output}", quiet)
 
 
-def terminal_text(renderable: Any, width: int = 100) -> str:
-    """A rich renderable as plain text (for ``-o`` without --json/--markdown)."""
+def log_width() -> int:
+    """Columns of a report that goes to a file or a pipe: ``COLUMNS`` when set, else 120 (rich would use 80)."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else CI_LOG_WIDTH
+
+
+def terminal_text(renderable: Any, width: int | None = None) -> str:
+    """A rich renderable as plain text, ``width`` columns (default :func:`log_width`), no trailing spaces."""
     from rich.console import Console
 
     buffer = StringIO()
-    Console(file=buffer, width=width, color_system=None, highlight=False, force_terminal=False).print(renderable)
-    return buffer.getvalue()
+    Console(file=buffer, width=width or log_width(), color_system=None, highlight=False, force_terminal=False).print(
+        renderable
+    )
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
 
-def log_console() -> Console:
-    """The console of a report on stdout: the terminal's width, or 120 columns in a log."""
-    import os
-
+def print_report(renderable: Any) -> None:
+    """A rich renderable on stdout: styled to the terminal's width, or as plain text in a pipe or a log."""
     from rich.console import Console
 
     console = Console(highlight=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
-        console = Console(highlight=False, width=CI_LOG_WIDTH)
-    return console
+    if console.is_terminal:
+        console.print(renderable)
+    else:
+        typer.echo(terminal_text(renderable), nl=False)

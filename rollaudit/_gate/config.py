@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._audit.schemes import split_schemes
-from .._errors import SchemeError, UsageError
+from .._errors import SchemeError, UsageError, did_you_mean
 from .baseline import Baseline, read_baseline
 from .rules import (
     BaselineTolerance,
@@ -203,7 +203,8 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
     for raw_key, value in table.items():
         key = raw_key.replace("-", "_")
         if key not in CONFIG_KEYS:
-            raise UsageError(f"unknown key; known: {', '.join(CONFIG_KEYS)}", file=where, field=raw_key)
+            hint = did_you_mean(raw_key, CONFIG_KEYS)
+            raise UsageError(f"unknown key{hint}; known: {', '.join(CONFIG_KEYS)}", file=where, field=raw_key)
         values[key] = value
 
     bounds = [

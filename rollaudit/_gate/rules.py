@@ -50,7 +50,7 @@ from typing import Literal
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
 from .._audit.metric_names import METRICS, RATE_METRICS
 from .._audit.schemes import get_scheme
-from .._errors import SchemeError, UsageError
+from .._errors import SchemeError, UsageError, did_you_mean
 
 METRIC_NAMES = METRICS  # the gate parses metric names without importing torch
 """Metrics whose values are shares (cosine: a signed share): a ``%`` on them means percentage points."""
@@ -128,7 +128,8 @@ def _known_metrics() -> str:
 def _metric(text: str, where: str) -> str:
     metric = text.strip()
     if metric not in METRIC_NAMES:
-        raise UsageError(f"{where}: unknown metric {metric!r}; known: {_known_metrics()}")
+        hint = did_you_mean(metric, METRIC_NAMES)
+        raise UsageError(f"{where}: unknown metric {metric!r}{hint}; known: {_known_metrics()}")
     return metric
 
 
@@ -182,7 +183,8 @@ def parse_requirement(text: str, where: str | None = None) -> RequireRule:
     name = text.strip().lower().replace("_", "-")
     if name not in REQUIREMENTS:
         where = where or f"--require {text.strip()!r}"
-        raise UsageError(f"{where}: unknown requirement; known: {', '.join(REQUIREMENTS)}")
+        hint = did_you_mean(name, REQUIREMENTS)
+        raise UsageError(f"{where}: unknown requirement{hint}; known: {', '.join(REQUIREMENTS)}")
     return RequireRule(name)  # type: ignore[arg-type]
 
 

@@ -76,7 +76,22 @@ def sniff(path: Path) -> str | None:
             return None
     if text.lstrip()[:1] in (b"[", b"{"):
         return None  # JSON that is not one object a line (a JSON array): no table rollaudit reads
-    return "csv" if csv_delimiter(text) is not None else None
+    if csv_delimiter(text) is not None:
+        return "csv"
+    # A one-column CSV (``reward`` and its values) has no delimiter to tell it by: its name says it.
+    return "csv" if path.suffix.lower() in (".csv", ".tsv") and _one_column_header(text) else None
+
+
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
+
+
+def _one_column_header(head: bytes) -> bool:
+    """Whether the first line is one column name (a word; no delimiter)."""
+    line = head.split(b"\n", 1)[0].strip()
+    try:
+        return bool(_COLUMN_NAME.match(line.decode("utf-8")))
+    except UnicodeDecodeError:
+        return False
 
 
 def _first_line(path: Path) -> bytes | None:

@@ -194,8 +194,27 @@ def emit_github(result: GateResult, environ: Mapping[str, str] | None = None, st
     return True
 
 
+def emit_github_error(line: str, environ: Mapping[str, str] | None = None, stream: TextIO | None = None) -> bool:
+    """Under GitHub Actions: a usage or input error (exit 2) as an ``::error`` annotation on ``stream`` (stderr,
+    which the runner reads too: stdout stays empty on an error) and one line of the step summary."""
+    environ = os.environ if environ is None else environ
+    if environ.get("GITHUB_ACTIONS") != "true":
+        return False
+    stream = sys.stderr if stream is None else stream
+    print(f"::error title=rollaudit::{escape_data(line)}", file=stream)
+    summary_path = environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        try:
+            with open(summary_path, "a", encoding="utf-8") as summary:
+                summary.write(f"❌ **rollaudit could not run**: {markdown_cell(line)}\n")
+        except OSError:
+            pass  # the annotation and the exit code already say it
+    return True
+
+
 __all__ = [
     "emit_github",
+    "emit_github_error",
     "escape_data",
     "escape_property",
     "github_annotations",

@@ -30,6 +30,7 @@ from .text import (
     trend_lines,
     trend_section,
     undefined,
+    verdict_title,
     verdicts,
 )
 
@@ -72,9 +73,13 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     files = load.get("files", [])
     lines = [f"### rollaudit: advantages against {code(report.reference)}", ""]
     lines.append(f"{code(files_label(files))} ({load_line(load)})  ")
-    lines.append(counts_line(report) + ("  " if found_lines(report) else ""))
+    lines.append(counts_line(report, load) + ("  " if found_lines(report) else ""))
     lines += [markdown_text(line) + "  " for line in found_lines(report)]
     lines[-1] = lines[-1].rstrip()
+    lines += ["", f"**{verdict_title(report, code=code)}**", ""]
+    for line in verdicts(report):
+        scheme, _, rest = line.partition(": ")
+        lines.append(f"- {code(scheme)}: {markdown_text(rest)}")
     lines.append("")
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows = []
@@ -86,12 +91,8 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         rows.append([label, *cells])
     lines.append(markdown_table(["scheme", *(one_line_header(header) for header, _, _ in columns)], rows))
     lines.append("")
-    for line in verdicts(report):
-        scheme, _, rest = line.partition(": ")
-        lines.append(f"- {code(scheme)}: {markdown_text(rest)}")
-    for line in notes(report):
-        lines.append(f"- ⚠️ {markdown_text(line)}")
-    lines.append("")
+    if notes(report):
+        lines += [f"- ⚠️ {markdown_text(line)}" for line in notes(report)] + [""]
     if report.recorded is not None:
         sentence = recorded_sentence(report, code=code)
         lines += [sentence[:1].upper() + sentence[1:] + ".", ""]
@@ -99,14 +100,16 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         if fit_rows:
             rows = [[code(row[0]), *row[1:]] for row in fit_rows]
             lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
-    trend = trend_section(report, top)
-    if trend is not None:
-        title, header, rows = trend
+    if len(report.info.get("step_values", [])) > 1:
         lines += ["**Sign-flip rate by step**", ""]
         for line in trend_lines(report):
             scheme, _, trend = line.partition(":")
             lines.append(f"- {code(scheme)}: `{trend.strip()}`")
-        lines += ["", f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
+        lines.append("")
+    trend = trend_section(report, top)
+    if trend is not None:
+        title, header, rows = trend
+        lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
     for title, header, prompt_table_rows in prompt_sections(report, top):
         lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], prompt_table_rows), ""]
     if report.histograms:

@@ -1,13 +1,17 @@
-"""PNG figures of a Report (``rollaudit compare --plot DIR``): matplotlib, Agg, imported only when asked for.
+"""The figures of a Report: PNGs for ``rollaudit compare --plot DIR``, SVG for the HTML report. matplotlib, Agg,
+imported only when asked for.
 
-Each figure is a function ``... -> Figure`` (testable without a file) and
-``write_plots`` saves them atomically. Every PNG carries its title in its
-``Title`` text chunk, so a reader (or a test) can tell what it shows.
+Each figure is a function ``... -> Figure`` (testable without a file); :func:`figures` makes the set,
+``write_plots`` saves them as PNGs atomically and :func:`figure_svg` inlines one in a page. Every PNG carries
+its title in its ``Title`` text chunk, so a reader (or a test) can tell what it shows.
 """
 
 from __future__ import annotations
 
+import html
+import io
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,9 +31,20 @@ from .text import HISTOGRAM_TITLES, percent
 if TYPE_CHECKING:
     from .._audit.report import Report
 
-DPI = 100
+DPI = 150
 # A scatter of millions of points says no more than one of a few hundred thousand and takes far longer to draw.
 MAX_SCATTER_POINTS = 200_000
+# Above this many points a scatter is drawn as an image inside the SVG (still inline), not one element a point.
+MAX_VECTOR_POINTS = 5_000
+ZERO_BAND = 1e-6  # the metrics' zero band: |A| <= 1e-6 is no push
+# How each point relates to the reference, drawn in this order (the findings on top), each in its own colour
+# and marker (Paul Tol's high-contrast colours: told apart by colour-blind readers and in grey print too).
+POINT_KINDS = (
+    ("agree", "same sign as the reference", "#bbbbbb", "o"),
+    ("lost", "signal lost (reference ≠ 0, scheme 0)", "#0077bb", "v"),
+    ("invented", "signal invented (reference 0, scheme ≠ 0)", "#ddaa33", "^"),
+    ("reversed", "pushed the opposite way", "#cc3311", "X"),
+)
 FILES = {
     "group_sizes": "group_sizes.png",
     "advantage_scatter": "advantage_scatter.png",
@@ -63,19 +78,57 @@ def _every_nth(values: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     return values[::step], step
 
 
+def point_kinds(reference: np.ndarray, scheme: np.ndarray) -> dict[str, np.ndarray]:
+    """Masks of :data:`POINT_KINDS` over the samples where both advantages are defined."""
+    defined = np.isfinite(reference) & np.isfinite(scheme)
+    reference_sign = np.where(np.abs(reference) <= ZERO_BAND, 0, np.sign(reference))
+    scheme_sign = np.where(np.abs(scheme) <= ZERO_BAND, 0, np.sign(scheme))
+    reversed_ = defined & (reference_sign * scheme_sign < 0)
+    invented = defined & (reference_sign == 0) & (scheme_sign != 0)
+    lost = defined & (reference_sign != 0) & (scheme_sign == 0)
+    return {
+        "agree": defined & ~(reversed_ | invented | lost),
+        "lost": lost,
+        "invented": invented,
+        "reversed": reversed_,
+    }
+
+
+def _compared_columns(report: Report, advantages: Mapping[str, np.ndarray]) -> list[str]:
+    """The schemes drawn against the reference: every other scheme, and the recorded advantages when kept."""
+    others = [name for name in advantages if name != report.reference]
+    return others or [report.reference]
+
+
 def advantage_scatter_figure(report: Report, advantages: Mapping[str, np.ndarray]) -> Figure:
-    """Each scheme's advantage against the reference's, one panel per scheme other than the reference."""
+    """Each scheme's advantage (and the recorded one) against the reference's, one panel each; reversed,
+    invented, lost and agreeing points in their own colours, with a legend that counts them."""
     reference = report.reference
-    others = [scheme for scheme in report.schemes if scheme != reference] or [reference]
+    others = _compared_columns(report, advantages)
     columns = min(3, len(others))
     rows = math.ceil(len(others) / columns)
-    figure = Figure(figsize=(4.2 * columns, 4 * rows), dpi=DPI, layout="constrained")
+    figure = Figure(figsize=(4.4 * columns, 4.4 * rows), dpi=DPI, layout="constrained")
     axes = figure.subplots(rows, columns, squeeze=False).flatten()
     x_all = np.asarray(advantages[reference], dtype=np.float64)
     x, stride = _every_nth(x_all, MAX_SCATTER_POINTS)
     for axis, scheme in zip(axes, others, strict=False):
-        y, _ = _every_nth(np.asarray(advantages[scheme], dtype=np.float64), MAX_SCATTER_POINTS)
-        axis.scatter(x, y, s=9, alpha=0.35, color="#cc6677", edgecolors="none", rasterized=True)
+        y_all = np.asarray(advantages[scheme], dtype=np.float64)
+        y, _ = _every_nth(y_all, MAX_SCATTER_POINTS)
+        counted = point_kinds(x_all, y_all)
+        drawn = point_kinds(x, y)
+        for kind, label, colour, marker in POINT_KINDS:
+            mask = drawn[kind]
+            axis.scatter(
+                x[mask],
+                y[mask],
+                marker=marker,
+                s=12 if kind == "agree" else 22,
+                alpha=0.5 if kind == "agree" else 0.85,
+                color=colour,
+                edgecolors="none",
+                rasterized=len(x) > MAX_VECTOR_POINTS,
+                label=f"{label}: {int(counted[kind].sum()):,}",
+            )
         finite = np.concatenate([x[np.isfinite(x)], y[np.isfinite(y)]])
         low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
         pad = 0.05 * (high - low or 1.0)
@@ -86,6 +139,7 @@ def advantage_scatter_figure(report: Report, advantages: Mapping[str, np.ndarray
         axis.set_title(f"{scheme}: {percent(flips)} sign flips")
         axis.set_xlabel(f"advantage under {reference} (reference)")
         axis.set_ylabel(f"advantage under {scheme}")
+        axis.legend(loc="best", fontsize="x-small", framealpha=0.85)
     for axis in axes[len(others) :]:
         axis.set_visible(False)
     sampled = f"; every {stride}th of {len(x_all):,} samples" if stride > 1 else f"; {len(x_all):,} samples"
@@ -99,7 +153,7 @@ def per_step_figure(report: Report) -> Figure:
     figure = Figure(figsize=(15, 4), dpi=DPI, layout="constrained")
     flip_axis, inflation_axis, size_axis = figure.subplots(1, 3)
     per_step = report.per_step.reset_index()
-    for scheme in report.schemes:
+    for scheme in per_step["scheme"].drop_duplicates():  # the recorded advantages too, when the dump has them
         if scheme == report.reference:
             continue
         rows = per_step[per_step["scheme"] == scheme].sort_values("step")
@@ -107,7 +161,7 @@ def per_step_figure(report: Report) -> Figure:
         inflation_axis.plot(rows["step"], rows["nonzero_inflation"], marker="o", markersize=3, label=scheme)
     flip_axis.set_title(f"Sign-flip rate against {report.reference}")
     flip_axis.set_xlabel("step")
-    flip_axis.set_ylabel("samples with another sign (%)")
+    flip_axis.set_ylabel("samples whose sign differs (%)")
     inflation_axis.set_title(f"Non-zero inflation against {report.reference}")
     inflation_axis.set_xlabel("step")
     inflation_axis.set_ylabel(f"non-zero advantages / non-zero under {report.reference}")
@@ -140,21 +194,54 @@ def save_png(figure: Figure, path: Path) -> Path:
     return write_atomic(path, draw)
 
 
+def figures(report: Report) -> dict[str, Figure]:
+    """The report's figures by name (:data:`FILES`): the scatter only when the report kept its advantages, the
+    per-step figure only for a run of several steps."""
+    made = {"group_sizes": group_sizes_figure(report)}
+    if report.advantages is not None:
+        advantages = {name: report.advantages.column(name).to_numpy() for name in report.advantages.column_names}
+        made["advantage_scatter"] = advantage_scatter_figure(report, advantages)
+    if len(report.info.get("step_values", [])) > 1:
+        made["per_step"] = per_step_figure(report)
+    return made
+
+
 def write_plots(report: Report, directory: Path) -> list[Path]:
-    """Write the three PNGs into ``directory`` (made if missing); returns their paths. ``report`` must hold its
-    advantages (``rollaudit.audit(..., keep_advantages=True)``)."""
+    """Write the PNGs into ``directory`` (made, with its parents, if missing); returns their paths. ``report``
+    must hold its advantages (``rollaudit.audit(..., keep_advantages=True)``)."""
     if report.advantages is None:
         raise UsageError(
             "the report holds no advantages to plot", expected="rollaudit.audit(..., keep_advantages=True)"
         )
-    advantages = {name: report.advantages.column(name).to_numpy() for name in report.advantages.column_names}
-    directory.mkdir(exist_ok=True)
-    figures = {
-        "group_sizes": group_sizes_figure(report),
-        "advantage_scatter": advantage_scatter_figure(report, advantages),
-        "per_step": per_step_figure(report),
-    }
-    return [save_png(figure, directory / FILES[name]) for name, figure in figures.items()]
+    made = figures(report)
+    if "per_step" not in made:
+        made["per_step"] = per_step_figure(report)  # one point a scheme: the PNG set is always the same three
+    directory.mkdir(parents=True, exist_ok=True)
+    return [save_png(figure, directory / FILES[name]) for name, figure in made.items()]
 
 
-__all__ = ["FILES", "advantage_scatter_figure", "group_sizes_figure", "per_step_figure", "save_png", "write_plots"]
+_SVG_PROLOGUE = re.compile(r"^.*?(?=<svg)", re.DOTALL)
+_SVG_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+
+
+def figure_svg(figure: Figure, name: str) -> str:
+    """The figure as an inline ``<svg>`` element: text kept as text, no XML prologue or RDF metadata, and ids
+    salted with ``name`` so that several figures in one page never share one."""
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"rollaudit-{name}"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = _SVG_METADATA.sub("", _SVG_PROLOGUE.sub("", buffer.getvalue(), count=1), count=1)
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{html.escape(figure.get_suptitle())}" ', 1)
+
+
+__all__ = [
+    "FILES",
+    "advantage_scatter_figure",
+    "figure_svg",
+    "figures",
+    "group_sizes_figure",
+    "per_step_figure",
+    "point_kinds",
+    "save_png",
+    "write_plots",
+]

@@ -41,6 +41,7 @@ from .text import (
     trend_lines,
     trend_section,
     undefined,
+    verdict_title,
     verdicts,
 )
 
@@ -159,8 +160,21 @@ def metrics_table(report: Report) -> FittedTable:
     )
 
 
-# The summary columns a narrow terminal loses first (the others answer "how wrong, how badly").
-_METRIC_DROP_ORDER = ("strict\nflips", "lost", "max\n|ΔA|", "cosine", "mean\n|ΔA|", "token\nflips")
+# The summary columns a narrow terminal loses first. Strict flips (reversals) and spurious (invented signal)
+# answer "how wrong": they go last, and the scheme column never.
+_METRIC_DROP_ORDER = (
+    "lost",
+    "unde-\nfined",
+    "max\n|ΔA|",
+    "cosine",
+    "mean\n|ΔA|",
+    "token\nflips",
+    "non-\nzero",
+    "infla-\ntion",
+    "sign\nflips",
+    "spurious",
+    "strict\nflips",
+)
 
 
 def _split_scheme(header: str) -> str:
@@ -201,33 +215,43 @@ def _recorded_renderables(report: Report) -> list[RenderableType]:
     return [sentence, Text(""), Text(title), table]
 
 
+def _verdict(report: Report) -> RenderableType:
+    """The verdict: what the run used (when recorded advantages say so), then one line per scheme."""
+    title = Text(verdict_title(report), style="bold")
+    matched = (report.recorded or {}).get("best_match")
+    if matched is not None:
+        title.highlight_words([str(matched)], style="bold green")
+    lines = Table.grid(padding=(0, 1))
+    lines.add_column(no_wrap=True, style="bold")
+    lines.add_column()
+    for line in verdicts(report):
+        scheme, _, rest = line.partition(": ")
+        lines.add_row(f"{scheme}:", rest)
+    return Group(title, lines)
+
+
 def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> RenderableType:
-    """The terminal report of ``rollaudit compare``: header, histograms, metrics, verdicts, worst prompts."""
+    """The terminal report of ``rollaudit compare``: header, verdict, histograms, metrics, worst prompts."""
     parts: list[RenderableType] = [
         Text(source_line(load), style="bold"),
-        Text(counts_line(report)),
+        Text(counts_line(report, load)),
         *(Text(line, style="dim") for line in found_lines(report)),
+        Text(""),
+        _verdict(report),
         Text(""),
     ]
     if report.histograms:
         parts += [_histogram_grid(report), Text("")]
-    parts += [metrics_table(report), Text("")]
-    findings = Table.grid(padding=(0, 1))
-    findings.add_column(no_wrap=True, style="bold")
-    findings.add_column()
-    for line in verdicts(report):
-        scheme, _, rest = line.partition(": ")
-        findings.add_row(f"{scheme}:", rest)
-    parts.append(findings)
+    parts.append(metrics_table(report))
     for line in notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     if report.recorded is not None:
         parts += [Text(""), *_recorded_renderables(report)]
+    if len(report.info.get("step_values", [])) > 1:
+        parts += [Text(""), _Trends(report)]
     trend = trend_section(report, top)
     if trend is not None:
         title, header, rows = trend
-        parts += [Text(""), Text(f"Sign-flip rate by step ({len(report.info['step_values'])} steps)", style="bold")]
-        parts += [Text(line) for line in trend_lines(report)]
         labels = [_split_scheme(name) for name in header]
         # Narrow terminals lose the inflation columns first (last scheme first), then the group sizes.
         inflations = [name for name in labels if name.endswith("inflation")]
@@ -236,6 +260,19 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     for title, header, rows in prompt_sections(report, top):
         parts += [Text(""), _prompt_table(title, header, rows, report.reference)]
     return Group(*parts)
+
+
+@dataclass
+class _Trends:
+    """Each scheme's sign-flip rate by step, one sparkline a scheme, as wide as the console allows."""
+
+    report: Report
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        steps = len(self.report.info.get("step_values", []))
+        yield Text(f"Sign-flip rate by step ({steps:,} steps)", style="bold")
+        for line in trend_lines(self.report, options.max_width):
+            yield Text(line)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

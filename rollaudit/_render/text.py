@@ -42,7 +42,8 @@ _EQUIVALENT_SHOWN = 3
 
 
 def undefined(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    """None, NaN or pandas' NA (a count with nothing counted): shown as n/a."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType"
 
 
 def percent(value: Any) -> str:
@@ -171,18 +172,20 @@ def source_line(load: Mapping[str, Any]) -> str:
     return f"{files_label(load.get('files', []))} ({load_line(load)})"
 
 
-def counts_line(report: Report) -> str:
-    """``step 3 · 88 samples · 8 prompts · 32 trajectories · audited on cpu in 0.04 s``."""
+def counts_line(report: Report, load: Mapping[str, Any] | None = None) -> str:
+    """``step 3 · 88 samples · 8 prompts · 32 trajectories · audited on cpu in 0.04 s · 1.52 s in all``
+    (the whole command's time when ``load`` has it)."""
     info = report.info
-    return " · ".join(
-        [
-            steps_label(info.get("step_values", [])),
-            f"{count(info.get('samples', 0))} samples",
-            f"{count(info.get('prompts', 0))} prompts",
-            f"{count(info.get('trajectories', 0))} trajectories",
-            f"audited on {info.get('device', '?')} in {info.get('seconds', 0):.2f} s",
-        ]
-    )
+    parts = [
+        steps_label(info.get("step_values", [])),
+        plural(int(info.get("samples", 0)), "sample"),
+        plural(int(info.get("prompts", 0)), "prompt"),
+        plural(int(info.get("trajectories", 0)), "trajectory", "trajectories"),
+        f"audited on {info.get('device', '?')} in {info.get('seconds', 0):.2f} s",
+    ]
+    if load is not None and load.get("command_seconds") is not None:
+        parts.append(f"{load['command_seconds']:.2f} s in all")
+    return " · ".join(parts)
 
 
 # The nouns of the loaders' counts (``found``), plural -> singular, for ``1 padding row left out``.
@@ -242,45 +245,73 @@ def notes(report: Report) -> list[str]:
     return lines
 
 
+def _plain(text: str) -> str:
+    return text
+
+
+def strict_flips(row: Mapping[str, Any]) -> int:
+    """Samples pushed the opposite way (+ became − or back): the strict flip rate times the samples compared."""
+    rate, compared = row["strict_flip_rate"], row["compared"]
+    return 0 if undefined(rate) or undefined(compared) else round(float(rate) * int(compared))
+
+
+def scheme_verdict(row: Mapping[str, Any], reference: str) -> str:
+    """What a scheme does to the reference's advantages, reversals apart from invented signal:
+    ``0 samples pushed the opposite way, 21 samples given an advantage without learning signal, 1.31× ...``."""
+    if undefined(row["sign_flip_rate"]):
+        return f"nothing to compare with {reference}"
+    reversed_, spurious, lost = strict_flips(row), int(row["spurious_nonzero"]), int(row["lost_signal"])
+    if row["sign_flip_rate"] == 0:
+        if row["max_abs_diff"] == 0:
+            return f"same signs as {reference}; identical advantages"
+        differ = f"advantages differ by up to {number(row['max_abs_diff'])} (mean {number(row['mean_abs_diff'])})"
+        return f"same signs as {reference}; {differ}"
+    parts = [plural(reversed_, "sample") + " pushed the opposite way"]
+    if reversed_:
+        parts[0] += f" ({percent(row['strict_flip_rate'])})"
+    parts.append(plural(spurious, "sample") + " given an advantage without learning signal")
+    if lost:
+        parts.append(f"{plural(lost, 'sample')} with signal given none")
+    if not undefined(row["nonzero_inflation"]) and row["nonzero_inflation"] != 1:
+        parts.append(f"{ratio(row['nonzero_inflation'])} as many non-zero advantages")
+    return ", ".join(parts)
+
+
+def verdict_title(report: Report, code: Callable[[str], str] = _plain) -> str:
+    """The report's first sentence: which scheme the run used, when recorded advantages say so."""
+    recorded = report.recorded
+    reference = code(report.reference)
+    if recorded is None:
+        return f"Verdict, against {reference}:"
+    best_match = recorded.get("best_match")
+    fits = recorded.get("fits", [])
+    rows, samples = int(recorded.get("rows", 0)), int(report.info.get("samples", 0))
+    where = f" on the {count(rows)} samples with recorded advantages" if rows < samples else ""
+    if best_match is not None:
+        error = fit_error(fits[0]["max_error"])
+        used = f"the run used {code(best_match)}{where} (its recorded advantages match, max err {error})"
+    elif fits:
+        closest = fits[0]
+        used = (
+            f"the run's recorded advantages match no preset (closest: {code(closest['scheme'])}, "
+            f"{percent(closest['share_within_tolerance'])} of samples within tolerance)"
+        )
+    else:
+        used = "no preset can run on this table to compare the recorded advantages with"
+    return f"Verdict: {used}. Against {reference}:"
+
+
 def verdicts(report: Report) -> list[str]:
-    """One sentence per scheme other than the reference: what is wrong with it, in the report's own numbers."""
-    lines = []
-    reference = report.reference
-    for scheme, row in report.summary.iterrows():
-        if scheme == reference:
-            continue
-        flips, spurious, lost = row["sign_flip_rate"], int(row["spurious_nonzero"]), int(row["lost_signal"])
-        if undefined(flips):
-            lines.append(f"{scheme}: nothing to compare with {reference}")
-            continue
-        if flips == 0:
-            difference = (
-                "identical advantages"
-                if row["max_abs_diff"] == 0
-                else f"advantages differ by up to {number(row['max_abs_diff'])} (mean {number(row['mean_abs_diff'])})"
-            )
-            lines.append(f"{scheme}: same signs as {reference}; {difference}")
-            continue
-        sentence = f"{scheme}: {percent(flips)} of samples get another sign than under {reference}"
-        if not undefined(row["token_flip_rate"]):
-            sentence += f" ({percent(row['token_flip_rate'])} of response tokens)"
-        extras = []
-        if spurious:
-            extras.append(f"{plural(spurious, 'sample')} with no learning signal got an advantage")
-        if lost:
-            extras.append(f"{plural(lost, 'sample')} lost {'its' if lost == 1 else 'their'} signal")
-        if not undefined(row["nonzero_inflation"]) and row["nonzero_inflation"] != 1:
-            extras.append(f"{ratio(row['nonzero_inflation'])} as many non-zero advantages")
-        lines.append(sentence + ("; " + ", ".join(extras) if extras else ""))
-    return lines
+    """``scheme: what it does`` for every scheme other than the reference (the recorded advantages last)."""
+    return [
+        f"{scheme}: {scheme_verdict(row, report.reference)}"
+        for scheme, row in report.summary.iterrows()
+        if scheme != report.reference
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Recorded advantages: which preset the trainer's own advantages come from (``Report.recorded``).
-
-
-def _plain(text: str) -> str:
-    return text
 
 
 def fit_error(value: Any) -> str:
@@ -448,8 +479,8 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
 
 
 def prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) of the worst prompts and the silent prompts, empty sections left out."""
-    if report.per_prompt.empty:
+    """(title, header, rows) of the worst prompts and the silent prompts, empty sections (and ``top`` 0) left out."""
+    if report.per_prompt.empty or top <= 0:
         return []
     sections = []
     total = len(report.per_prompt)
@@ -472,6 +503,22 @@ def prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], list
 
 
 _SPARK = "▁▂▃▄▅▆▇█"
+# A sparkline never wider than this, whatever the terminal: a trend, not a chart.
+_SPARK_MAX_WIDTH = 60
+_SPARK_MIN_WIDTH = 8
+
+
+def resample(values: Sequence[float], width: int) -> list[float]:
+    """At most ``width`` values: consecutive runs of the series, each its largest defined value (a spike stays
+    visible), NaN for a run with none."""
+    if len(values) <= width:
+        return list(values)
+    out = []
+    for index in range(width):
+        run = values[index * len(values) // width : (index + 1) * len(values) // width]
+        defined = [value for value in run if not undefined(value)]
+        out.append(max(defined) if defined else math.nan)
+    return out
 
 
 def sparkline(values: Sequence[float]) -> str:
@@ -486,26 +533,44 @@ def sparkline(values: Sequence[float]) -> str:
     )
 
 
-def trend_lines(report: Report) -> list[str]:
-    """Per scheme, its sign-flip rate over the steps as a sparkline with its range (runs of several steps)."""
+def trend_lines(report: Report, width: int = 100) -> list[str]:
+    """Per scheme, one line: its sign-flip rate over the steps as a sparkline (runs of steps resampled to fit
+    ``width`` columns), then the first and last step's rates and the largest: ``53.8% at step 0 → 0.0% at
+    step 5, max 53.8%``, so the words read the way the bars go."""
     per_step = report.per_step.reset_index()
-    lines = []
+    series = []
     for scheme in per_step["scheme"].drop_duplicates():
         if scheme == report.reference:
             continue
-        rates = per_step[per_step["scheme"] == scheme].sort_values("step")["sign_flip_rate"].tolist()
-        defined = [rate for rate in rates if not undefined(rate)]
+        rows = per_step[per_step["scheme"] == scheme].sort_values("step")
+        rates, steps = rows["sign_flip_rate"].tolist(), rows["step"].tolist()
+        defined = [(step, rate) for step, rate in zip(steps, rates, strict=True) if not undefined(rate)]
         if defined:
-            lines.append((scheme, f"{sparkline(rates)}  {percent(min(defined))} to {percent(max(defined))}"))
-    width = max((len(scheme) for scheme, _ in lines), default=0)
-    return [f"{scheme + ':':<{width + 1}} {trend}" for scheme, trend in lines]
+            (first_step, first), (last_step, last) = defined[0], defined[-1]
+            label = (
+                f"{percent(first)} at step {first_step} → {percent(last)} at step {last_step}, "
+                f"max {percent(max(rate for _, rate in defined))}"
+                if len(defined) > 1
+                else f"{percent(first)} at step {first_step}, the one step with values"
+            )
+            series.append((scheme, rates, label))
+    name_width = max((len(scheme) for scheme, _, _ in series), default=0) + 1
+    label_width = max((len(label) for _, _, label in series), default=0)
+    room = max(_SPARK_MIN_WIDTH, min(_SPARK_MAX_WIDTH, width - name_width - label_width - 4))
+    lines = []
+    for scheme, rates, label in series:
+        bars = sparkline(resample(rates, room))
+        lines.append(f"{scheme + ':':<{name_width}} {bars:<{min(room, len(rates))}}  {label}")
+    return lines
 
 
 def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[str]]] | None:
     """(title, header, rows) of the worst steps of a run, or None for a single step or no flips."""
     steps = len(report.info.get("step_values", []))
+    if steps < 2 or top <= 0:
+        return None
     worst = report.worst_steps(top)
-    if steps < 2 or worst.empty:
+    if worst.empty:
         return None
     schemes = [column.split(":", 1)[1] for column in worst.columns if column.startswith("sign_flip_rate:")]
     header = ["step", "samples", "prompts", "group\nsizes"]

@@ -1,10 +1,10 @@
 """Every output is written whole or not at all, and a path that cannot be written is one line and exit 2.
 
-Outputs: compare's JSON, Markdown and text reports (``-o``), its PNGs
-(``--plot``), convert's tables (Parquet, Feather, CSV, JSON Lines), gate's
+Outputs: compare's JSON, Markdown and text reports (``-o``), its HTML page
+(``--html``), its PNGs (``--plot``), convert's tables (Parquet, Feather, CSV, JSON Lines), gate's
 JUnit XML (``--junit``) and baselines (``--write-baseline``). Each is checked
-with an output path in a missing directory, in a read-only directory, and a
-path that is a directory (a file, for ``--plot``); then with the run
+with an output path in a missing directory (which ``--plot`` makes), in a
+read-only directory, and a path that is a directory (a file, for ``--plot``); then with the run
 interrupted in the middle of the write (KeyboardInterrupt from inside the
 writer, and just before the rename): no partial file and no temporary file is
 left, and a file already at the path keeps its old content.
@@ -49,6 +49,7 @@ OUTPUTS: dict[str, tuple[tuple[str, ...], str, bool]] = {
     "markdown": (("compare", DUMP, "--markdown", "-o", "{out}", "-q"), "report.md", False),
     "text": (("compare", DUMP, "-o", "{out}", "-q"), "report.txt", False),
     "png": (("compare", DUMP, "--json", "--plot", "{out}", "-q"), "plots", True),
+    "html": (("compare", DUMP, "--json", "--html", "{out}", "-q"), "report.html", False),
     "parquet": (("convert", DUMP, "-o", "{out}", "-q"), "table.parquet", False),
     "feather": (("convert", DUMP, "-o", "{out}", "-q"), "table.feather", False),
     "csv": (("convert", DUMP, "-o", "{out}", "-q"), "table.csv", False),
@@ -84,6 +85,15 @@ def _leftovers(directory: Path) -> list[str]:
 @pytest.mark.parametrize("name", sorted(OUTPUTS))
 def test_an_output_in_a_missing_directory(tmp_path: Path, name: str):
     out = tmp_path / "missing" / "deeper" / OUTPUTS[name][1]
+    if OUTPUTS[name][2]:  # --plot makes its directory, parents and all
+        result = _invoke(*_arguments(name, out))
+        assert result.exit_code == 0, result.stderr
+        assert sorted(path.name for path in out.iterdir()) == [
+            "advantage_scatter.png",
+            "group_sizes.png",
+            "per_step.png",
+        ]
+        return
     line = _one_line_error(_invoke(*_arguments(name, out)))
     assert "does not exist" in line
     assert not (tmp_path / "missing").exists()

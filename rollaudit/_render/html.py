@@ -1,0 +1,288 @@
+"""The HTML report: ``rollaudit compare --html FILE``, and ``Report._repr_html_`` in a notebook.
+
+One self-contained page: the CSS, the one small script and every figure (inline SVG) are in the file, so it
+opens offline, attaches to a ticket and never fetches anything. Without scripts it is the same report; the
+script only makes the prompt and step tables sortable. The layout reflows to a phone's width: wide tables
+scroll inside their own box, figures scale down.
+
+Every string from a dump (prompt keys, scheme strings, file names) goes through :func:`text`, which escapes
+HTML and shows control characters as ``\\xNN``, so no dump can add markup, script or terminal escapes.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+from .text import (
+    HISTOGRAM_TITLES,
+    METRIC_COLUMNS,
+    count,
+    counts_line,
+    found_lines,
+    has_undefined,
+    histogram_rows,
+    notes,
+    one_line_header,
+    prompt_sections,
+    recorded_fit_rows,
+    recorded_sentence,
+    source_line,
+    trend_lines,
+    trend_section,
+    undefined,
+    verdict_title,
+    verdicts,
+)
+
+if TYPE_CHECKING:
+    from .._audit.report import Report
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+_STYLE = """
+.rollaudit{--bad:#b8321a;--warn:#8a6d00;--ok:#1d6b2f;--rule:#d0d4da;--muted:#5b6470;--band:#f4f6f8;
+ font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1b1f24;max-width:1180px;
+ margin:0 auto;padding:16px}
+.rollaudit h1{font-size:1.45em;margin:0 0 .2em}.rollaudit h2{font-size:1.15em;margin:1.6em 0 .5em;
+ border-bottom:1px solid var(--rule);padding-bottom:.2em}
+.rollaudit p,.rollaudit li{margin:.25em 0}.rollaudit code{font:.92em ui-monospace,Menlo,Consolas,monospace;
+ background:var(--band);padding:0 .25em;border-radius:3px;overflow-wrap:anywhere}
+.rollaudit .muted{color:var(--muted)}.rollaudit .source{font-weight:600;overflow-wrap:anywhere}
+.rollaudit .verdict{background:var(--band);border-left:4px solid var(--bad);padding:.6em 1em;margin:1em 0}
+.rollaudit .verdict.clean{border-left-color:var(--ok)}.rollaudit .verdict ul{margin:.3em 0;padding-left:1.2em}
+.rollaudit .scroll{overflow-x:auto;max-width:100%}
+.rollaudit table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.3em 0}
+.rollaudit th,.rollaudit td{padding:.25em .6em;border-bottom:1px solid var(--rule);text-align:right;
+ white-space:nowrap}
+.rollaudit th:first-child,.rollaudit td:first-child{text-align:left;white-space:normal;
+ overflow-wrap:anywhere;max-width:22em}
+.rollaudit thead th{background:var(--band);font-weight:600;vertical-align:bottom}
+.rollaudit tr.reference td{color:var(--muted)}.rollaudit td.bad{color:var(--bad);font-weight:600}
+.rollaudit .notes li{color:var(--warn)}.rollaudit figure{margin:.6em 0}
+.rollaudit figure svg{max-width:100%;height:auto;display:block}
+.rollaudit figcaption{color:var(--muted);font-size:.9em}
+.rollaudit table.sortable th button{all:unset;cursor:pointer}
+.rollaudit table.sortable th button::after{content:" \\2195";color:var(--muted)}
+.rollaudit .histograms{display:flex;flex-wrap:wrap;gap:1.5em}
+.rollaudit footer{margin-top:2em;color:var(--muted);font-size:.85em}
+@media (max-width:640px){.rollaudit{font-size:14px;padding:8px}.rollaudit th,.rollaudit td{padding:.2em .35em}}
+"""
+
+# Sorting by a column's numbers ("23.9%", "1.31×", "+0.54", "1,234"; "n/a" last); text columns by text.
+_SCRIPT = """
+(function(){
+  function value(cell){var t=cell.textContent.trim();if(t==="n/a"||t==="")return null;
+    var n=parseFloat(t.replace(/[,%×<>+]/g,""));return isNaN(n)?t.toLowerCase():n;}
+  document.querySelectorAll(".rollaudit table.sortable").forEach(function(table){
+    table.querySelectorAll("thead th").forEach(function(th,index){
+      var button=document.createElement("button");button.type="button";
+      while(th.firstChild)button.appendChild(th.firstChild);th.appendChild(button);
+      button.addEventListener("click",function(){
+        var body=table.tBodies[0],rows=Array.prototype.slice.call(body.rows);
+        var down=th.getAttribute("aria-sort")!=="descending";
+        table.querySelectorAll("thead th").forEach(function(other){other.removeAttribute("aria-sort");});
+        th.setAttribute("aria-sort",down?"descending":"ascending");
+        rows.sort(function(a,b){var x=value(a.cells[index]),y=value(b.cells[index]);
+          if(x===null)return 1;if(y===null)return -1;if(x===y)return 0;
+          return (x<y?-1:1)*(down?-1:1);});
+        rows.forEach(function(row){body.appendChild(row);});
+      });
+    });
+  });
+  document.documentElement.setAttribute("data-rollaudit-ready","1");
+})();
+"""
+
+
+def text(value: Any) -> str:
+    """Any value as HTML text: escaped, control characters shown as ``\\xNN``."""
+    return html.escape(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(value)))
+
+
+def _code(value: Any) -> str:
+    return f"<code>{text(value)}</code>"
+
+
+def _header_cell(name: str) -> str:
+    return f"<th scope='col'>{text(one_line_header(name))}</th>"
+
+
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    sortable: bool = False,
+    row_classes: Sequence[str] = (),
+    cell_classes: Sequence[Sequence[str]] = (),
+) -> str:
+    """A table in its own scrolling box; ``sortable`` ones get the script's sort buttons."""
+    body = []
+    for index, row in enumerate(rows):
+        classes = row_classes[index] if index < len(row_classes) else ""
+        cells = []
+        for position, cell in enumerate(row):
+            css = cell_classes[index][position] if index < len(cell_classes) else ""
+            cells.append(f"<td{f' class={css!r}' if css else ''}>{text(cell)}</td>")
+        body.append(f"<tr{f' class={classes!r}' if classes else ''}>{''.join(cells)}</tr>")
+    kind = " class='sortable'" if sortable else ""
+    head = "".join(_header_cell(name) for name in header)
+    return (
+        f"<div class='scroll'><table{kind}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _verdict(report: Report) -> str:
+    lines = verdicts(report)
+    clean = all(line.split(": ", 1)[1].startswith("same signs") for line in lines)
+    items = "".join(
+        f"<li><b>{text(scheme)}</b>: {text(rest)}</li>" for scheme, _, rest in (line.partition(": ") for line in lines)
+    )
+    title = verdict_title(report, code=lambda value: f"\x00{value}\x01")
+    # The title's scheme strings become code spans once the sentence is escaped.
+    title_html = text(title).replace("\\x00", "<code>").replace("\\x01", "</code>")
+    return f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p><ul>{items}</ul></section>"
+
+
+def _metrics(report: Report) -> str:
+    columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
+    rows, row_classes, cell_classes = [], [], []
+    for scheme, row in report.summary.iterrows():
+        is_reference = scheme == report.reference
+        rows.append([f"{scheme} (reference)" if is_reference else scheme, *(f(row[m]) for _, m, f in columns)])
+        row_classes.append("reference" if is_reference else "")
+        flipped = not is_reference and not undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0
+        cell_classes.append(["", "bad" if flipped else "", *([""] * (len(columns) - 1))])
+    reference_row = report.summary.loc[report.reference]
+    caption = (
+        f"non-zero under {report.reference}: {count(reference_row['nonzero_reference'])} of "
+        f"{count(report.info.get('samples', 0))} samples; rates are shares of the "
+        f"{count(reference_row['compared'])} compared"
+    )
+    header = ["scheme", *(name for name, _, _ in columns)]
+    body = table(header, rows, row_classes=row_classes, cell_classes=cell_classes)
+    warnings = "".join(f"<li>{text(line)}</li>" for line in notes(report))
+    return (
+        f"<h2>Advantages against the reference {_code(report.reference)}</h2>{body}"
+        f"<p class='muted'>{text(caption)}</p>" + (f"<ul class='notes'>{warnings}</ul>" if warnings else "")
+    )
+
+
+def _figure(svgs: Mapping[str, str], name: str, caption: str) -> str:
+    if name not in svgs:
+        return ""
+    return f"<figure>{svgs[name]}<figcaption>{text(caption)}</figcaption></figure>"
+
+
+def _histograms(report: Report, svgs: Mapping[str, str]) -> str:
+    if not report.histograms:
+        return ""
+    tables = []
+    for name, title in HISTOGRAM_TITLES.items():
+        sizes = report.histograms.get(name)
+        if sizes:
+            rows = [[label, f"{number_of:,}"] for label, number_of in histogram_rows(sizes, max_rows=12)]
+            tables.append(f"<div>{table([title, 'count'], rows)}</div>")
+    figure = _figure(svgs, "group_sizes", "How many samples and trajectories each prompt group holds.")
+    return f"<h2>Group sizes</h2>{figure}<details><summary>As tables</summary><div class='histograms'>" + (
+        "".join(tables) + "</div></details>"
+    )
+
+
+def _recorded(report: Report) -> str:
+    if report.recorded is None:
+        return ""
+    sentence = recorded_sentence(report)
+    title, header, rows = recorded_fit_rows(report)
+    fit = f"<p>{text(title)}</p>{table(header, rows)}" if rows else ""
+    return f"<h2>Recorded advantages</h2><p>{text(sentence[:1].upper() + sentence[1:])}.</p>{fit}"
+
+
+def _steps(report: Report, top: int, svgs: Mapping[str, str]) -> str:
+    steps = len(report.info.get("step_values", []))
+    if steps < 2:
+        return ""
+    parts = [f"<h2>By step ({steps:,} steps)</h2>"]
+    parts.append(_figure(svgs, "per_step", "Sign-flip rate, non-zero inflation and group sizes per step."))
+    trends = "".join(f"<li><code>{text(line)}</code></li>" for line in trend_lines(report, 120))
+    parts.append(f"<ul>{trends}</ul>")
+    section = trend_section(report, top)
+    if section is not None:
+        title, header, rows = section
+        parts.append(f"<p>{text(title)}</p>{table(header, rows, sortable=True)}")
+    return "".join(parts)
+
+
+def _prompts(report: Report, top: int) -> str:
+    return "".join(
+        f"<h2>{text(title)}</h2>{table(header, rows, sortable=True)}"
+        for title, header, rows in prompt_sections(report, top)
+    )
+
+
+def _scatter(svgs: Mapping[str, str]) -> str:
+    caption = (
+        "Each sample's advantage under a scheme against the reference's. Red crosses: pushed the opposite way; "
+        "yellow triangles: signal invented where the reference has none; blue: signal lost; grey: same sign."
+    )
+    figure = _figure(svgs, "advantage_scatter", caption)
+    return f"<h2>Sample by sample</h2>{figure}" if figure else ""
+
+
+def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int = 10, figures: bool = True) -> str:
+    """The report as one ``<div class="rollaudit">`` (a notebook cell's output; the page's body)."""
+    svgs: dict[str, str] = {}
+    if figures:
+        from .plots import figure_svg
+        from .plots import figures as make_figures
+
+        svgs = {name: figure_svg(figure, name) for name, figure in make_figures(report).items()}
+    load = load or {}
+    found = "".join(f"<li>{text(line)}</li>" for line in found_lines(report))
+    header = (
+        "<header><h1>rollaudit report</h1>"
+        + (f"<p class='source'>{text(source_line(load))}</p>" if load.get("files") else "")
+        + f"<p>{text(counts_line(report, load))}</p>"
+        + (f"<ul class='muted'>{found}</ul>" if found else "")
+        + "</header>"
+    )
+    sections = [
+        header,
+        _verdict(report),
+        _metrics(report),
+        _recorded(report),
+        _histograms(report, svgs),
+        _scatter(svgs),
+        _steps(report, top, svgs),
+        _prompts(report, top),
+    ]
+    glossary = (
+        "sign flips: samples whose advantage sign (+, 0, −) differs from the reference's; strict flips: + became − "
+        "or back (pushed the opposite way); spurious: the reference gives 0, the scheme does not (signal "
+        "invented); lost: the reverse; inflation: non-zero advantages against the reference's; cosine: "
+        "length-weighted direction agreement (1 = same)."
+    )
+    footer = f"<footer><p>{text(glossary)}</p><p>rollaudit {text(__version__)}</p></footer>"
+    return f"<div class='rollaudit'>{''.join(sections)}{footer}</div>"
+
+
+def render_html(report: Report, load: Mapping[str, Any], top: int = 10) -> str:
+    """The whole page of ``rollaudit compare --html``."""
+    title = text(f"rollaudit: {source_line(load)}") if load.get("files") else "rollaudit report"
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{title}</title><style>{_STYLE}</style></head>"
+        f"<body>{report_body(report, load, top)}<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def notebook_html(report: Report) -> str:
+    """``Report._repr_html_``: the same content for a notebook cell, its style scoped to the report."""
+    return f"<style>{_STYLE}</style>{report_body(report, top=5)}<script>{_SCRIPT}</script>"
+
+
+__all__ = ["notebook_html", "render_html", "report_body", "table", "text"]
