@@ -59,7 +59,8 @@ _STYLE = """
 .rollaudit th,.rollaudit td{padding:.25em .6em;border-bottom:1px solid var(--rule);text-align:right;
  white-space:nowrap}
 .rollaudit th:first-child,.rollaudit td:first-child{text-align:left;white-space:normal;
- overflow-wrap:anywhere;max-width:22em}
+ overflow-wrap:anywhere;min-width:8em;max-width:22em;position:sticky;left:0;background:#fff}
+.rollaudit thead th:first-child{background:var(--band)}
 .rollaudit thead th{background:var(--band);font-weight:600;vertical-align:bottom}
 .rollaudit tr.reference td{color:var(--muted)}.rollaudit td.bad{color:var(--bad);font-weight:600}
 .rollaudit .notes li{color:var(--warn)}.rollaudit figure{margin:.6em 0}
