@@ -6,7 +6,17 @@ escaping a command is a bug.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+
+# Characters a terminal, a browser or a diff viewer would act on rather than show: C0 and C1 controls (ANSI and
+# OSC escapes start with one) and the bidirectional overrides that reorder what is displayed.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ``\\u202e``), never acted on."""
+    return _INVISIBLE.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -51,8 +61,9 @@ class RollauditError(Exception):
         if self.expected is not None:
             text += f" (expected {self.expected})"
         line = f"{': '.join(where)}: {text}" if where else text
-        # One line, always: a newline from a hostile file must not forge output.
-        return " ".join(line.split())
+        # One line, always, and nothing a terminal acts on: a newline or an escape from a hostile file must not
+        # forge output.
+        return visible(" ".join(line.split()))
 
 
 class InputError(RollauditError):

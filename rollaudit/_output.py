@@ -1,66 +1,242 @@
-"""Atomic file output: a report is written whole or not at all.
+"""Outputs: a report is written whole or not at all, and only where the user pointed.
 
-Every writer (JSON, Markdown, JUnit, PNG, Parquet, baselines) goes through
-``write_atomic``: the content lands in a temporary file beside the target and
-is renamed over it only once complete, so an interrupted run never leaves a
-half-written file.
+What an output path points to decides how it is written (:func:`prepare_output`):
+
+* a regular file, or nothing yet: atomically. A temporary file beside the target is created at once, before
+  any work (so a read-only directory or filesystem is one line and exit 2 up front, root included: writability
+  is decided by trying, never by ``os.access``), the content lands in it, and it is renamed over the target
+  only once complete. A symlink is followed: its target is replaced, and the link stays a link.
+* a character device, a FIFO, ``/dev/stdout`` and the like, or ``-`` (stdout): written straight into it. They
+  are never replaced by a regular file.
+* anything else (a directory, a socket, a block device): refused.
+
+Temporary files are named ``.NAME.PID.XXXX.tmp``. They are removed when the write fails, when the process exits
+(Ctrl-C, and SIGTERM or SIGHUP once the command line's handlers turn them into exits), and, should a process be
+killed outright, by the next run that writes beside them: :func:`sweep_stale` removes the ones whose process is
+gone.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import re
+import shutil
+import stat
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import UsageError
 
+Content = str | bytes | Callable[[Path], None]
+"""Text, bytes, or a writer that writes the output to the path it is given."""
 
-def check_writable(path: str | os.PathLike[str]) -> Path:
-    """The output path, or a one-line error when it cannot be written (missing or read-only
-    directory, or a directory where a file should go). Checked before any work is done."""
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError("is a directory", file=str(target), expected="a file path")
+STDOUT = "-"
+# Paths that name a stream of this process or a device even when they are symlinks (/dev/stdout, /dev/fd/1).
+_STREAM_PREFIXES = ("/dev/", "/proc/")
+_LIVE: set[Path] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _forget(path: Path) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(path)
+
+
+def discard_temporaries() -> None:
+    """Remove every temporary file this process reserved and has not renamed yet (at exit, on a signal)."""
+    with _LIVE_LOCK:
+        paths = list(_LIVE)
+        _LIVE.clear()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+atexit.register(discard_temporaries)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale(target: Path) -> list[Path]:
+    """Remove the ``.NAME.PID.*.tmp`` files beside ``target`` left by processes that no longer exist."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^/]+\.tmp$")
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent if str(target.parent) else "."))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
+
+
+def _is_stream(path: Path, mode: int) -> bool:
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or str(path).startswith(_STREAM_PREFIXES)
+
+
+@dataclass
+class Output:
+    """An output path, checked and (for a file) reserved: :meth:`write` puts the content there."""
+
+    path: Path
+    """The path as the user named it."""
+    target: Path | None = None
+    """The file replaced (a symlink's target), or the stream written; None for stdout."""
+    stream: bool = False
+    _reserved: Path | None = field(default=None, repr=False)
+
+    def write(self, content: Content) -> Path:
+        """Write ``content`` whole: atomically to a file, straight into a stream."""
+        if self.stream:
+            self._write_stream(content)
+        else:
+            self._write_file(content)
+        return self.path
+
+    def discard(self) -> None:
+        """Give up the reservation (no output after all)."""
+        if self._reserved is not None:
+            _forget(self._reserved)
+            with contextlib.suppress(OSError):
+                os.unlink(self._reserved)
+            self._reserved = None
+
+    def _write_file(self, content: Content) -> None:
+        assert self.target is not None
+        temporary = self._reserved or _reserve(self.target, self.path)
+        self._reserved = None
+        try:
+            _write_to(temporary, content)
+            os.replace(temporary, self.target)
+        except BaseException as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if isinstance(error, OSError):
+                # A full disk or a directory removed mid-run: one line, and nothing left behind.
+                raise UsageError(f"cannot write: {error.strerror or error}", file=str(self.path)) from None
+            raise
+        finally:
+            _forget(temporary)
+        # mkstemp makes the file 0600; a report gets the usual permissions.
+        with contextlib.suppress(OSError):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.target, 0o666 & ~umask)
+
+    def _write_stream(self, content: Content) -> None:
+        try:
+            if callable(content):
+                # Writers want a path: write to a private temporary file, then copy it into the stream.
+                with tempfile.TemporaryDirectory(prefix="rollaudit-") as scratch:
+                    scratch_file = Path(scratch) / self.path.name
+                    content(scratch_file)
+                    with open(scratch_file, "rb") as source:
+                        self._copy_into_stream(source)
+                return
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            self._copy_into_stream(_BytesReader(data))
+        except OSError as error:
+            raise UsageError(f"cannot write: {error.strerror or error}", file=str(self.path)) from None
+
+    def _copy_into_stream(self, source: object) -> None:
+        if self.target is None:
+            sys.stdout.flush()
+            shutil.copyfileobj(source, sys.stdout.buffer)  # type: ignore[arg-type]
+            sys.stdout.buffer.flush()
+            return
+        with open(self.target, "wb", buffering=0) as stream:
+            shutil.copyfileobj(source, stream)  # type: ignore[arg-type]
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self._view, self._position = memoryview(data), 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else min(len(self._view), self._position + size)
+        chunk = bytes(self._view[self._position : end])
+        self._position = end
+        return chunk
+
+
+def _write_to(temporary: Path, content: Content) -> None:
+    if callable(content):
+        content(temporary)
+    elif isinstance(content, bytes):
+        temporary.write_bytes(content)
+    else:
+        temporary.write_text(content, encoding="utf-8")
+
+
+def _reserve(target: Path, named: Path) -> Path:
+    """Create the temporary file beside ``target`` now: the proof that the directory takes a new file."""
+    directory = target.parent if str(target.parent) else Path(".")
+    sweep_stale(target)
+    try:
+        descriptor, name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise UsageError(f"directory is not writable ({reason})", file=str(named)) from None
+    os.close(descriptor)
+    path = Path(name)
+    with _LIVE_LOCK:
+        _LIVE.add(path)
+    return path
+
+
+def prepare_output(path: str | os.PathLike[str]) -> Output:
+    """Decide how ``path`` is written and prove it can be, before any work is done; one line (UsageError) when it
+    cannot: a missing directory, a read-only one, a directory where a file should go, a socket."""
+    if str(path) == STDOUT:
+        return Output(Path(STDOUT), None, stream=True)
+    named = Path(path)
+    try:
+        mode = os.stat(named).st_mode  # follows symlinks: what the path really points to
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise UsageError(f"cannot use as an output: {error.strerror or error}", file=str(named)) from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise UsageError("is a directory", file=str(named), expected="a file path")
+    if mode is not None and _is_stream(named, mode):
+        return Output(named, named, stream=True)
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UsageError("is not a regular file, a device or a FIFO", file=str(named), expected="a file path")
+    # A regular file, or nothing yet: replace the file the path resolves to (a symlink stays a link).
+    target = Path(os.path.realpath(named)) if named.is_symlink() else named
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError("directory does not exist", file=str(target), expected="an existing directory")
-    if not os.access(parent, os.W_OK):
-        raise UsageError("directory is not writable", file=str(target))
-    return target
+        raise UsageError("directory does not exist", file=str(named), expected="an existing directory")
+    return Output(named, target, _reserved=_reserve(target, named))
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed."""
-    target = check_writable(path)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    os.close(descriptor)
-    try:
-        yield Path(temporary)
-        os.replace(temporary, target)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(error, OSError):
-            # A full disk or a directory removed mid-run: one line, and nothing left behind.
-            raise UsageError(f"cannot write: {error.strerror or error}", file=str(target)) from None
-        raise
-    # mkstemp makes the file 0600; a report should get the usual permissions.
-    with contextlib.suppress(OSError):
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(target, 0o666 & ~umask)
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """That ``path`` can be written (see :func:`prepare_output`), reserving nothing; the path."""
+    output = prepare_output(path)
+    output.discard()
+    return output.path
 
 
-def write_atomic(path: str | os.PathLike[str], content: str | bytes | Callable[[Path], None]) -> Path:
-    """Write text, bytes, or whatever ``content(temporary_path)`` writes, atomically to ``path``."""
-    with atomic_path(path) as temporary:
-        if callable(content):
-            content(temporary)
-        elif isinstance(content, bytes):
-            temporary.write_bytes(content)
-        else:
-            temporary.write_text(content, encoding="utf-8")
-    return Path(path)
+def write_atomic(path: str | os.PathLike[str], content: Content) -> Path:
+    """Write text, bytes, or whatever ``content(temporary_path)`` writes, whole, to ``path``: atomically to a
+    file (through a symlink to its target), straight into a device or FIFO."""
+    return prepare_output(path).write(content)

@@ -259,7 +259,36 @@ def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
                 table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
                 for table in tables
             ]
-    return pa.concat_tables(tables, promote_options="permissive")
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass
+    # A passed-through column whose type changes between files (an int here, text there): left out, with a word.
+    drifting = sorted(
+        {
+            name
+            for table in tables
+            for name in table.column_names
+            if name not in CANONICAL_COLUMNS
+            and len({other.schema.field(name).type for other in tables if name in other.column_names}) > 1
+        }
+    )
+    if drifting:
+        import warnings
+
+        from ._errors import RollauditWarning
+
+        warnings.warn(
+            f"column{'s' if len(drifting) > 1 else ''} {', '.join(map(repr, drifting))} change type between files: "
+            "left out of the table",
+            RollauditWarning,
+            stacklevel=3,
+        )
+        tables = [table.drop_columns([name for name in drifting if name in table.column_names]) for table in tables]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as error:
+        raise InputError(f"the files' tables do not fit together ({' '.join(str(error).split())[:200]})") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------------

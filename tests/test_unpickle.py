@@ -372,13 +372,22 @@ def test_pickle_size_limit(tmp_path: Path):
         TorchArchive(_valid(tmp_path), max_pickle_bytes=100)
 
 
-def test_deflated_members_are_read(tmp_path: Path):
+def test_deflated_storages_are_read_and_a_deflated_pickle_is_refused(tmp_path: Path):
+    # torch.save stores every member; a re-zipped file may deflate its storages (inflated within a budget), but a
+    # deflated data.pkl would be inflated whole before any opcode check: refused in one line (issue 16).
     valid = _valid(tmp_path)
-    deflated = tmp_path / "deflated.pt"
-    with zipfile.ZipFile(valid) as source, zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as out:
-        for info in source.infolist():
-            out.writestr(info.filename, source.read(info.filename))
-    assert load_torch_file(deflated)["samples"][3]["reward"] == 3.0
+    storages_deflated, all_deflated = tmp_path / "storages.pt", tmp_path / "deflated.pt"
+    with zipfile.ZipFile(valid) as source:
+        with zipfile.ZipFile(storages_deflated, "w") as out:
+            for info in source.infolist():
+                method = zipfile.ZIP_STORED if info.filename.endswith("data.pkl") else zipfile.ZIP_DEFLATED
+                out.writestr(info.filename, source.read(info.filename), compress_type=method)
+        with zipfile.ZipFile(all_deflated, "w", compression=zipfile.ZIP_DEFLATED) as out:
+            for info in source.infolist():
+                out.writestr(info.filename, source.read(info.filename))
+    assert load_torch_file(storages_deflated)["samples"][3]["reward"] == 3.0
+    with pytest.raises(InputError, match=r"data\.pkl is compressed"):
+        load_torch_file(all_deflated)
 
 
 def test_random_corruption_never_escapes_as_another_exception(tmp_path: Path):

@@ -14,10 +14,13 @@ Anything else escaping a command is a bug and surfaces with its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -55,6 +58,35 @@ INTERRUPTED = 130
 """The exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it)."""
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP: stop the command the way Ctrl-C does (outputs not half-written, temporaries removed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_stop_the_command() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP raise :class:`Terminated` (only in the main thread, where Python
+    runs signal handlers; a library caller's own handlers are put back afterwards)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _error(line: str, code: int) -> int:
     """``error: <line>`` on stderr; a usage or input error also annotates a GitHub Actions run."""
     typer.echo(f"error: {line}", err=True)
@@ -76,10 +108,11 @@ class RollauditGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        from .._output import discard_temporaries
         from .io import start_command_clock
 
         start_command_clock()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _signals_stop_the_command():
             # "always": the same warning in a second run of the same process (tests, notebooks) still shows.
             warnings.simplefilter("always", RollauditWarning)
             warnings.showwarning = _show_warning
@@ -92,6 +125,7 @@ class RollauditGroup(TyperGroup):
                     **extra,
                 )
             )
+        discard_temporaries()  # an output reserved by a command that then failed
         if standalone_mode:
             sys.exit(code)
         return code
@@ -102,6 +136,9 @@ class RollauditGroup(TyperGroup):
             result = run()
         except RollauditError as error:
             return _error(error.line(), error.exit_code)
+        except Terminated as error:
+            typer.echo(f"error: {signal.Signals(error.signum).name.removeprefix('SIG').lower()}: stopped", err=True)
+            return 128 + error.signum
         except KeyboardInterrupt:
             # Ctrl-C: one line, and the shell's code for SIGINT (nothing was written half-way: outputs are atomic).
             typer.echo("error: interrupted", err=True)

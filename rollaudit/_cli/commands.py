@@ -84,10 +84,11 @@ def compare(
     """
     if as_json and as_markdown:
         raise UsageError("--json and --markdown exclude each other", expected="one output format")
-    from .._output import check_writable
+    from .._output import prepare_output
 
-    output_path = check_writable(output) if output is not None else None
-    html_path = check_writable(html_file) if html_file is not None else None
+    # Every output is reserved (its temporary file created) before anything is loaded.
+    output_path = prepare_output(output) if output is not None else None
+    html_path = prepare_output(html_file) if html_file is not None else None
     plot_directory = check_plot_directory(plot) if plot is not None else None
     import rollaudit
 
@@ -116,11 +117,9 @@ def compare(
         write_text(terminal_text(rendered), output_path, quiet)
 
     if html_path is not None:
-        from .._output import write_atomic
         from .._render.html import render_html
 
-        write_atomic(html_path, render_html(report, loaded.summary, top=max(top, 10)))
-        echo_status(f"wrote {html_path}", quiet)
+        write_text(render_html(report, loaded.summary, top=max(top, 10)), html_path, quiet)
     if plot_directory is not None:
         from .._render.plots import write_plots
 
@@ -191,15 +190,14 @@ def convert(
       rollaudit convert run/rollout_data/ -o rollouts.parquet
       rollaudit convert dump.pt -o table.csv -s 'batch,prompt'
     """
-    from .._output import check_writable, write_atomic
-    from .._render.table_files import TABLE_WRITERS
+    from .._output import prepare_output
+    from .._render.table_files import TABLE_WRITERS, write_table_file
 
-    check_writable(output)
-    writer = TABLE_WRITERS.get(output.suffix.lower())
-    if writer is None:
-        extension = repr(output.suffix) if output.suffix else "(none)"
+    target = prepare_output(output)  # a directory or an unwritable place is named before the extension
+    extension = output.suffix.lower()
+    if extension not in TABLE_WRITERS:
         raise UsageError(
-            f"unknown output extension {extension}",
+            f"unknown output extension {repr(output.suffix) if output.suffix else '(none)'}",
             file=str(output),
             expected=f"one of {', '.join(TABLE_WRITERS)}",
         )
@@ -214,7 +212,7 @@ def convert(
             if column in table.column_names:
                 raise UsageError(f"the table already has a column {column!r}", expected="a dump without it")
             table = table.append_column(column, advantages.column(name))
-    write_atomic(output, lambda temporary: writer(table, temporary))
+    target.write(lambda temporary: write_table_file(table, temporary, extension))
     echo_status(f"wrote {output}: {table.num_rows:,} rows, {table.num_columns} columns", quiet)
 
 
@@ -347,10 +345,10 @@ def gate(
       rollaudit gate run/ --expect-recorded 'slime-2204' --require prompt-key
       rollaudit gate run/ --baseline ci/baseline.json --baseline-tolerance '*:1%'
     """
-    from .._gate.baseline import write_baseline
+    from .._gate.baseline import baseline_text
     from .._gate.config import gate_config, load_gate_config, require_rules
     from .._gate.evaluate import run_gate
-    from .._output import check_writable, write_atomic
+    from .._output import prepare_output
     from .._render.gate import emit_github, junit_xml, terminal, to_json
 
     config = gate_config(
@@ -366,25 +364,25 @@ def gate(
         baseline_tolerance=baseline_tolerance or (),
     )
     require_rules(config, writing_baseline=write_baseline_file is not None)
-    junit_path = check_writable(junit) if junit is not None else None
-    baseline_path = check_writable(write_baseline_file) if write_baseline_file is not None else None
+    junit_path = prepare_output(junit) if junit is not None else None
+    baseline_path = prepare_output(write_baseline_file) if write_baseline_file is not None else None
     table = load_inputs(inputs, load, quiet=quiet).table
     with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
         result = run_gate(table, config, device.value)
 
     if baseline_path is not None:
         if result.report is not None:
-            write_baseline(baseline_path, result.report)
-            echo_status(f"wrote baseline {baseline_path}", quiet)
+            baseline_path.write(baseline_text(result.report))
+            echo_status(f"wrote baseline {baseline_path.path}", quiet)
         else:
-            typer.echo(f"warning: baseline {baseline_path} not written: the audit could not run", err=True)
+            baseline_path.discard()
+            typer.echo(f"warning: baseline {baseline_path.path} not written: the audit could not run", err=True)
     if as_json:
         typer.echo(to_json(result), nl=False)
     elif result.results:  # a run that only writes a baseline has no rule to show
         print_report(terminal(result))
     if junit_path is not None:
-        write_atomic(junit_path, junit_xml(result))
-        echo_status(f"wrote {junit_path}", quiet)
+        write_text(junit_xml(result), junit_path, quiet)
     # Annotations go to stdout, where GitHub reads workflow commands, unless stdout holds the JSON document.
     emit_github(result, stream=sys.stderr if as_json else None)
     result.raise_for_failures()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .._loaders.options import LoadOptions
+    from .._output import Output
 
 # Loads of at least this many files, or this many bytes, get a progress bar (on a terminal).
 PROGRESS_MIN_FILES = 2
@@ -123,7 +124,7 @@ def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool) -> Loaded:
 
 def check_plot_directory(directory: Path) -> Path:
     """A directory for the figures: an existing writable one, or one whose missing levels (``a/b/c``) can be
-    made under its nearest existing ancestor. Checked up front; made when the figures are written."""
+    made under its nearest existing ancestor. Checked up front, by trying; made when the figures are written."""
     from .._output import check_writable
 
     if directory.exists() and not directory.is_dir():
@@ -142,15 +143,14 @@ def echo_status(message: str, quiet: bool) -> None:
         typer.echo(message, err=True)
 
 
-def write_text(text: str, output: Path | None, quiet: bool) -> None:
-    """Text to stdout, or atomically to ``output``."""
+def write_text(text: str, output: Output | None, quiet: bool) -> None:
+    """Text to stdout, or whole to ``output`` (prepared before the work began)."""
     if output is None:
         typer.echo(text, nl=False)
         return
-    from .._output import write_atomic
-
-    write_atomic(output, text)
-    echo_status(f"wrote {output}", quiet)
+    output.write(text)
+    if not output.stream or output.target is not None:
+        echo_status(f"wrote {output.path}", quiet)
 
 
 def log_width() -> int:

@@ -57,10 +57,14 @@ def baseline_document(report: Report) -> dict[str, Any]:
     )
 
 
+def baseline_text(report: Report) -> str:
+    """``report``'s summary metrics as a baseline JSON document (undefined metrics as null)."""
+    return json.dumps(baseline_document(report), indent=2, allow_nan=False) + "\n"
+
+
 def write_baseline(path: str | os.PathLike[str], report: Report) -> Path:
-    """Store ``report``'s summary metrics as a baseline JSON file, atomically (undefined metrics as null)."""
-    text = json.dumps(baseline_document(report), indent=2, allow_nan=False) + "\n"
-    return write_atomic(path, text)
+    """Store ``report``'s summary metrics as a baseline JSON file, atomically."""
+    return write_atomic(path, baseline_text(report))
 
 
 def read_baseline(path: str | os.PathLike[str]) -> Baseline:
@@ -76,8 +80,12 @@ def read_baseline(path: str | os.PathLike[str]) -> Baseline:
         raise UsageError("baseline is a directory", file=where, expected="a JSON file") from None
     except OSError as error:
         raise UsageError(f"cannot read baseline: {error.strerror or error}", file=where) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError, or an integer of too many digits
         raise UsageError(f"baseline is not valid JSON: {error}", file=where) from None
+    except RecursionError:
+        raise UsageError(
+            "baseline nests too deeply to be one", file=where, expected="a file written by --write-baseline"
+        ) from None
     if not isinstance(document, dict) or document.get("kind") != BASELINE_KIND:
         raise UsageError("not a rollaudit baseline", file=where, expected="a file written by --write-baseline")
     version = document.get("schema_version")
@@ -101,7 +109,10 @@ def read_baseline(path: str | os.PathLike[str]) -> Baseline:
             name = str(get_scheme(scheme))
         except SchemeError as error:
             raise UsageError(f"baseline scheme: {error.line()}", file=where, field=f"summary.{scheme}") from None
-        checked[name] = {str(metric): None if value is None else float(value) for metric, value in metrics.items()}
+        try:
+            checked[name] = {str(metric): None if value is None else float(value) for metric, value in metrics.items()}
+        except OverflowError:
+            raise UsageError("a metric is too large a number", file=where, field=f"summary.{scheme}") from None
     samples = document.get("samples")
     return Baseline(
         path=where, reference=reference, summary=checked, samples=samples if isinstance(samples, int) else None

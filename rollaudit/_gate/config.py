@@ -105,8 +105,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError("config is a directory", file=str(path), expected="a TOML file") from None
     except OSError as error:
         raise UsageError(f"cannot read config: {error.strerror or error}", file=str(path)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError) as error:  # TOMLDecodeError, or an integer of too many digits
         raise UsageError(f"not valid TOML: {error}", file=str(path)) from None
+    except RecursionError:
+        raise UsageError("not valid TOML: it nests too deeply", file=str(path)) from None
 
 
 def _gate_table(document: dict[str, Any], path: Path, *, required: bool) -> dict[str, Any] | None:

@@ -44,7 +44,7 @@ def _first_object_of_zip(path: Path) -> dict | None:
         return None
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if type(value) is dict else None
 

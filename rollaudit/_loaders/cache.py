@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import json
 import os
 import warnings
@@ -98,19 +97,39 @@ def _options_fingerprint(options: LoadOptions) -> str:
     return json.dumps(values, sort_keys=True, default=repr)
 
 
+# The warning categories an entry may name: looked up in this table, never imported (an entry is data, and a
+# module named by a damaged or planted entry would run its import-time code). Anything else comes back as a
+# RollauditWarning.
+_CATEGORIES: dict[str, type[Warning]] = {
+    f"{category.__module__}:{category.__qualname__}": category
+    for category in (RollauditWarning, UserWarning, RuntimeWarning, DeprecationWarning, FutureWarning, Warning)
+}
+
+
 def _category_name(category: type[Warning]) -> str:
-    return f"{category.__module__}:{category.__qualname__}"
+    name = f"{category.__module__}:{category.__qualname__}"
+    return name if name in _CATEGORIES else _category_name(RollauditWarning)
 
 
 def _category(name: str) -> type[Warning]:
-    module, _, qualname = name.partition(":")
-    try:
-        value: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError, ValueError):
-        return RollauditWarning
-    return value if isinstance(value, type) and issubclass(value, Warning) else RollauditWarning
+    return _CATEGORIES.get(name, RollauditWarning)
+
+
+def _checked_entry(stored: Any, source: dict[str, Any]) -> tuple[str, list[tuple[type[Warning], str]]] | None:
+    """An entry's format and warnings when its stored record has the shape :meth:`Cache.put` writes and names
+    ``source``; None (a miss) for anything else."""
+    from .registry import FORMATS
+
+    if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned"}:
+        return None
+    if stored["source"] != source or stored["format"] not in FORMATS or not isinstance(stored["warned"], list):
+        return None
+    warned = stored["warned"]
+    if not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in warned
+    ):
+        return None
+    return stored["format"], [(_category(name), message) for name, message in warned]
 
 
 @dataclass
@@ -126,10 +145,13 @@ class Cache:
     def __init__(self, directory: Path, options: LoadOptions) -> None:
         self.directory = directory / f"v{CACHE_SCHEMA_VERSION}"
         self._options = _options_fingerprint(options)
+        self._unwritable = False  # once an entry could not be written (a full disk), the load stops trying
 
     def _source(self, item: WorkItem) -> dict[str, Any]:
+        # Size, modification time, inode and change time: a same-size rewrite with its mtime put back still moves
+        # the ctime, and a file replaced by another has another inode.
         source = {"path": str(item.absolute), "size": item.size, "mtime_ns": item.mtime_ns}
-        return source | {"format": item.requested_format}
+        return source | {"inode": item.inode, "ctime_ns": item.ctime_ns, "format": item.requested_format}
 
     def path(self, item: WorkItem) -> Path:
         """Where the entry of ``item`` lives: the hash of everything that decides its read table."""
@@ -148,11 +170,10 @@ class Cache:
             with pq.ParquetFile(location) as parquet:  # one file, never a dataset (no partitions from its path)
                 table = parquet.read()
             metadata = dict(table.schema.metadata or {})
-            stored = json.loads(metadata.pop(_CACHE_METADATA_KEY))
-            if stored["source"] != self._source(item):
+            checked = _checked_entry(json.loads(metadata.pop(_CACHE_METADATA_KEY)), self._source(item))
+            if checked is None:
                 return None
-            warned = [(_category(name), str(message)) for name, message in stored["warned"]]
-            return CacheEntry(format=stored["format"], table=table.replace_schema_metadata(metadata), warned=warned)
+            return CacheEntry(format=checked[0], table=table.replace_schema_metadata(metadata), warned=checked[1])
         except Exception:  # any damage to an entry is a miss, never an error
             return None
 
@@ -164,11 +185,18 @@ class Cache:
 
         from .._output import write_atomic
 
+        if self._unwritable:
+            return
         try:
             stat = item.path.stat()
         except OSError:
             return
-        if (stat.st_size, stat.st_mtime_ns) != (item.size, item.mtime_ns):
+        if (stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns) != (
+            item.size,
+            item.mtime_ns,
+            item.inode,
+            item.ctime_ns,
+        ):
             return
         stored = {
             "source": self._source(item),
@@ -181,5 +209,13 @@ class Cache:
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(location, lambda temporary: pq.write_table(table.replace_schema_metadata(metadata), temporary))
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return  # a column type Parquet cannot hold: this file is simply not cached; the disk is fine
         except (OSError, RollauditError, pa.ArrowException) as error:
-            warnings.warn(f"{location}: cache entry not written ({error})", RollauditWarning, stacklevel=4)
+            self._unwritable = True  # one warning, not one per file: the next entry would fail the same way
+            reason = error.line() if isinstance(error, RollauditError) else error
+            warnings.warn(
+                f"cache entries not written from here on ({reason}); the load goes on without them",
+                RollauditWarning,
+                stacklevel=4,
+            )

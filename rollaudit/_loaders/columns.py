@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -168,12 +169,22 @@ def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.
             ) from None
     if pa.types.is_nested(kind):
         # Chat-message prompts: their JSON text is the key (a Python pass, only for nested keys).
-        texts = [None if value is None else json.dumps(value, sort_keys=True) for value in array.to_pylist()]
+        texts = [
+            None if value is None else json.dumps(value, sort_keys=True, default=_scalar_text)
+            for value in array.to_pylist()
+        ]
         return pa.array(texts, pa.string())
     try:
         return array.cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise InputError(f"has type {kind}", file=str(path), field=field, expected="int or string keys") from None
+
+
+def _scalar_text(value: Any) -> str:
+    """Values JSON has no type for, as their text: readers infer ``"2024-01-01 00:00:00"`` as a timestamp."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return str(value)  # datetime, date, time, timedelta, Decimal: str() gives back the text they were read from
 
 
 def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np.ndarray:

@@ -87,6 +87,8 @@ class WorkItem:
     mtime_ns: int
     requested_format: str | None = None  # load()'s format: None to detect by content (part of the cache key)
     format: str | None = None  # the format that reads it: requested, or detected after a cache miss
+    inode: int = 0
+    ctime_ns: int = 0
 
     @classmethod
     def of(cls, path: Path, format: str | None) -> WorkItem:
@@ -95,7 +97,16 @@ class WorkItem:
         except OSError as error:  # gone since the directory was listed
             raise InputError(f"cannot read: {error.strerror}", file=str(path)) from None
         absolute = path.absolute()
-        return cls(path, absolute, stat.st_size, stat.st_mtime_ns, requested_format=format, format=format)
+        return cls(
+            path,
+            absolute,
+            stat.st_size,
+            stat.st_mtime_ns,
+            requested_format=format,
+            format=format,
+            inode=stat.st_ino,
+            ctime_ns=stat.st_ctime_ns,
+        )
 
 
 @dataclass
@@ -111,13 +122,32 @@ class Outcome:
     error: tuple[str, dict[str, Any]] | None = None
 
 
+def read_guarded(format_name: str, path: Path, options: LoadOptions) -> pa.Table:
+    """A format's ``read``: the one error boundary of every loader. What reading a hostile file can raise beyond
+    the loaders' own checks (too deep, too big, a pyarrow or numpy refusal) becomes one InputError naming the file;
+    anything else escaping is a bug."""
+    import pyarrow as pa
+
+    try:
+        return FORMATS[format_name].read(path, options)
+    except RecursionError:
+        raise InputError("nests too deeply to read", file=str(path), expected=f"a {format_name} dump") from None
+    except MemoryError:
+        raise InputError(
+            "needs more memory than it can hold", file=str(path), expected=f"a {format_name} dump"
+        ) from None
+    except (pa.ArrowException, OverflowError) as error:
+        message = " ".join(str(error).split())[:200] or type(error).__name__
+        raise InputError(f"cannot be read ({message})", file=str(path), expected=f"a {format_name} dump") from None
+
+
 def read_outcome(format_name: str, path: Path, options: LoadOptions) -> Outcome:
     """Read one file with its format's ``read``; module-level so that worker processes and Ray tasks can run it."""
     with warnings.catch_warnings(record=True) as caught:
         # Record everything, whatever this process's filters: the caller's filters apply when they are raised again.
         warnings.simplefilter("always")
         try:
-            table = FORMATS[format_name].read(path, options)
+            table = read_guarded(format_name, path, options)
         except RollauditError as error:
             fields = {name: getattr(error, name) for name in ("message", "file", "field", "row", "expected")}
             return Outcome(table=None, warned=_warned(caught), error=(type(error).__name__, fields))

@@ -185,15 +185,40 @@ def _rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
     return RolloutStep(path=path, step=step, split=split, table=table)
 
 
-def _as_array(value: Any) -> Any:
-    """Per-token values as a numpy array (tensors read from the zip now), or None when not numbers."""
+class ElementBudget:
+    """How many per-token values a file's readers may turn into arrays: about one per byte of the file. Honest
+    values each cost their own bytes (two at least); values shared through the pickle's memo (one list or storage
+    named by every sample) would cost nothing in the file and gigabytes in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.left = path.stat().st_size + (1 << 20)
+
+    def charge(self, elements: int, field: str) -> None:
+        self.left -= elements
+        if self.left < 0:
+            raise InputError(
+                "per-token values add up to more than the file holds (values shared across samples?)",
+                file=str(self.path),
+                field=field,
+                expected="each sample's own values",
+            )
+
+
+def _as_array(value: Any, budget: ElementBudget, field: str) -> Any:
+    """Per-token values as a flat numpy array (tensors read from the zip now), or None when not numbers; every
+    element charged to ``budget`` before it is allocated."""
     import numpy as np
 
     if isinstance(value, StoredTensor):
+        budget.charge(value.numel, field)
         if value.dtype == "bfloat16":
             return value.torch().float().numpy()
         return value.numpy()
     if isinstance(value, (list, tuple)):
+        if value and isinstance(value[0], (list, tuple)):
+            return None  # per-token values are one list of numbers, never nested
+        budget.charge(len(value), field)
         try:
             return np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError, OverflowError):  # not numbers, ragged or too deep, an int past float
@@ -204,13 +229,15 @@ def _as_array(value: Any) -> Any:
 VARIES, DIFFERS = "varies", "differs"
 
 
-def _compare_tokens(advantages: Any, loss_masks: Any, advantage: float) -> str | None:
+def _compare_tokens(advantages: Any, loss_masks: Any, advantage: float, budget: ElementBudget) -> str | None:
     """Check a sample's per-token advantages against its scalar: None when they agree."""
-    values = _as_array(advantages)
-    if values is None or not math.isfinite(advantage):
+    if not math.isfinite(advantage):
+        return None
+    values = _as_array(advantages, budget, "advantages")
+    if values is None:
         return None
     values = values.reshape(-1)
-    masks = _as_array(loss_masks)
+    masks = _as_array(loss_masks, budget, "loss_masks")
     if masks is not None and masks.size == values.size:
         values = values[masks.reshape(-1) != 0]
     if values.size == 0:
@@ -243,6 +270,7 @@ def _train_step(path: Path, top: dict) -> TrainStep:
         )
     train = TrainStep(path=path, step=fields.step_of(top, path))
     verdicts = {VARIES: 0, DIFFERS: 0}
+    budget = ElementBudget(path)
     for position, sample in enumerate(fields.samples_of(top, path)):
         sample_index = fields.optional_int(sample, "sample_index", path, position)
         rollout_position = fields.optional_int(sample, "rollout_position", path, position)
@@ -271,7 +299,7 @@ def _train_step(path: Path, top: dict) -> TrainStep:
                 row=position,
                 expected="a float (the normalized reward)",
             )
-        verdict = _compare_tokens(sample.get("advantages"), sample.get("loss_masks"), advantage)
+        verdict = _compare_tokens(sample.get("advantages"), sample.get("loss_masks"), advantage, budget)
         if verdict is not None:
             verdicts[verdict] += 1
         train.sample_index.append(sample_index)

@@ -69,11 +69,24 @@ def step_of(top: dict, path: Path) -> int:
     return value
 
 
+# A sample of a real dump is a dict of a dozen fields: hundreds of bytes. A list of samples longer than the file's
+# bytes over this is built by sharing (DUP, memo references), and would make millions of rows of nothing.
+MIN_SAMPLE_BYTES = 8
+
+
 def samples_of(top: dict, path: Path) -> list:
     samples = top.get("samples")
     if not isinstance(samples, (list, tuple)):
         found = "no 'samples'" if "samples" not in top else f"'samples' as a {type_name(samples)}"
         raise InputError(f"the dump has {found}", file=str(path), field="samples", expected=LAYOUT)
+    size = path.stat().st_size
+    if len(samples) > size // MIN_SAMPLE_BYTES + 1:
+        raise InputError(
+            f"{len(samples):,} samples in {size:,} bytes",
+            file=str(path),
+            field="samples",
+            expected=f"at least {MIN_SAMPLE_BYTES} bytes of dump a sample (each sample its own dict)",
+        )
     for position, sample in enumerate(samples):
         if type(sample) is not dict:
             raise InputError(

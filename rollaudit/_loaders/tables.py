@@ -249,10 +249,92 @@ def _check_objects(path: Path) -> None:
     )
 
 
+MAX_JSON_DEPTH = 512
+"""Nesting deeper than this is refused before any parser sees it: pyarrow's JSON reader crashes the process (a
+segmentation fault) past about 100,000 levels, and Python's json raises RecursionError past about 1,000. Real dumps
+nest a few levels (chat messages: five or six)."""
+_DEPTH_CHUNK = 1 << 22
+
+
+class _DepthScan:
+    """The nesting depth of JSON text, chunk by chunk at numpy speed: brackets outside strings, strings told by
+    their unescaped quotes, every line (one JSON value of JSON Lines) counted from zero."""
+
+    def __init__(self) -> None:
+        self.backslashes = 0  # the run of backslashes that ended the previous chunk
+        self.in_string = 0  # whether the previous chunk ended inside a string
+        self.depth = 0  # the depth at the previous chunk's end, within its last line
+
+    def deepest(self, chunk: Any) -> tuple[int, int]:
+        """(the largest depth in ``chunk``, its position in it)."""
+        import numpy as np
+
+        size = len(chunk)
+        index = np.arange(size, dtype=np.int64)
+        backslash = chunk == 92
+        last_other = np.maximum.accumulate(np.where(backslash, -1 - self.backslashes, index))
+        before = np.empty(size, dtype=np.int64)
+        before[0], before[1:] = -1 - self.backslashes, last_other[:-1]
+        real_quote = (chunk == 34) & ((index - 1 - before) % 2 == 0)
+        newline = chunk == 10
+        quotes = np.cumsum(real_quote, dtype=np.int64) + self.in_string
+        line_quotes = np.maximum.accumulate(np.where(newline, quotes, 0))
+        inside = ((quotes - line_quotes) & 1).astype(bool)
+        step = ((chunk == 91) | (chunk == 123)).astype(np.int64) - ((chunk == 93) | (chunk == 125))
+        depth = np.cumsum(np.where(inside, 0, step), dtype=np.int64) + self.depth
+        line_of = np.cumsum(newline, dtype=np.int64)
+        bases = np.concatenate(([0], depth[newline]))
+        relative = depth - bases[line_of]
+        position = int(relative.argmax())
+        trailing = size - 1 - int(last_other[-1]) if backslash[-1] else 0
+        self.backslashes = trailing + (self.backslashes if trailing == size else 0)
+        self.in_string = int(inside[-1]) if not newline[-1] else 0
+        self.depth = int(relative[-1])
+        return int(relative[position]), position
+
+
+def check_json_depth(path: Path, limit: int = MAX_JSON_DEPTH) -> None:
+    """InputError naming the line of ``path`` whose JSON nests deeper than ``limit``, before a parser sees it."""
+    import mmap
+
+    import numpy as np
+
+    line = None
+    try:
+        with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            line = _too_deep_line(np.frombuffer(data, dtype=np.uint8), limit)
+    except (OSError, ValueError):  # an empty file cannot be mapped; the reader reports it
+        return
+    if line is not None:
+        raise InputError(
+            f"line {line} nests JSON more than {limit} levels deep",
+            file=str(path),
+            expected="rollout records (a few levels deep)",
+        )
+
+
+def _too_deep_line(view: Any, limit: int) -> int | None:
+    """The first line of the bytes ``view`` nesting deeper than ``limit``, or None."""
+    import numpy as np
+
+    chunks = [view[start : start + _DEPTH_CHUNK] for start in range(0, len(view), _DEPTH_CHUNK)]
+    if sum(int(np.count_nonzero((chunk == 91) | (chunk == 123))) for chunk in chunks) <= limit:
+        return None  # not enough brackets in the whole file to nest that deep
+    scan = _DepthScan()
+    newlines = 0
+    for chunk in chunks:
+        deepest, position = scan.deepest(chunk)
+        if deepest > limit:
+            return newlines + int(np.count_nonzero(chunk[:position] == 10)) + 1
+        newlines += int(np.count_nonzero(chunk == 10))
+    return None
+
+
 def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
     """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field."""
     import pyarrow.json as pa_json
 
+    check_json_depth(path)
     _check_objects(path)
     parse_options = (
         pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")

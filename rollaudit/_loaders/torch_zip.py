@@ -19,15 +19,8 @@ import zipfile
 from typing import Any
 
 from .._errors import InputError, RollauditWarning
-from .unpickle import (
-    RestrictedUnpickler,
-    Storage,
-    WholeBuffer,
-    call_with_stack,
-    check_opcodes,
-    describe_unknown,
-    printable,
-)
+from .pickle_scan import call_with_stack, check_opcodes
+from .unpickle import RestrictedUnpickler, Storage, WholeBuffer, describe_unknown, printable
 
 MAX_PICKLE_BYTES = 4 << 30
 """Largest ``data.pkl`` read (4 GiB): slime dumps of thousands of agentic samples are hundreds of MB."""
@@ -35,6 +28,9 @@ MAX_PICKLE_BYTES = 4 << 30
 # Deflate cannot compress better than about 1032:1; a member declaring more is lying about its size.
 _MAX_DEFLATE_RATIO = 1100
 _INFLATE_CHUNK = 1 << 20
+# torch stores its storages uncompressed; a zip that deflates them may, but all of them together inflate to at most
+# this many times the file (numbers compress a few times over, not a thousand).
+_INFLATED_STORAGE_RATIO = 16
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
@@ -63,6 +59,7 @@ class TorchArchive:
         self._max_pickle_bytes = max_pickle_bytes
         self._storage_cache: dict[str, bytearray] = {}
         self._storage_bytes_read = 0
+        self._storage_bytes_inflated = 0
         self._file: Any = None
         self._zip: zipfile.ZipFile | None = None
         try:
@@ -101,6 +98,9 @@ class TorchArchive:
         if len(pickles) > 1:
             raise self._error("zip with several data.pkl members", expected="one torch.save archive")
         self.pickle_member = pickles[0]
+        if self.pickle_member.compress_type != zipfile.ZIP_STORED:
+            # torch.save never compresses data.pkl; a deflated one would be inflated whole before any check.
+            raise self._error("data.pkl is compressed", expected="a torch.save file (data.pkl stored, as torch writes)")
         self.prefix = self.pickle_member.filename[: -len("/data.pkl")]
         if self.pickle_member.file_size > self._max_pickle_bytes:
             raise self._error(
@@ -162,8 +162,11 @@ class TorchArchive:
             # Legitimate storages are disjoint members: together they fit in the file. Overlapping
             # members named by many keys would otherwise read the same bytes again and again.
             self._storage_bytes_read += member.compress_size
+            self._storage_bytes_inflated += member.file_size
             if self._storage_bytes_read > self.size:
                 raise self._error("tensor storages add up to more bytes than the file holds")
+            if self._storage_bytes_inflated > _INFLATED_STORAGE_RATIO * self.size + (64 << 20):
+                raise self._error("compressed tensor storages inflate to far more than the file holds")
         try:
             if member.compress_type == zipfile.ZIP_STORED:
                 buffer = bytearray(member.file_size)

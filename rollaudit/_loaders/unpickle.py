@@ -16,9 +16,9 @@ world through:
   rebuilt from those bytes with ``frombuffer`` and ``as_strided`` after a
   bounds check.
 
-One scan of the pickle's opcodes (:func:`check_opcodes`) refuses the memo
-indexes and declared lengths with which a few bytes make the C unpickler
-allocate gigabytes, and bounds how deeply its tuples can nest.
+One scan of the pickle's opcodes (:func:`.pickle_scan.check_opcodes`) refuses
+what would make the C unpickler allocate gigabytes or hash without end, and
+bounds how deeply its tuples can nest.
 
 Tensors come back as ``torch.Tensor`` (``lazy_tensors=False``) or as
 :class:`StoredTensor` records that read their bytes only when asked
@@ -29,13 +29,11 @@ reads two, and torch is imported only when a torch tensor is asked for.
 from __future__ import annotations
 
 import pickle
-import re
-import struct
-import threading
 import zipfile
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import InputError
+from .pickle_scan import Malformed
 
 if TYPE_CHECKING:
     from .torch_zip import TorchArchive
@@ -157,10 +155,6 @@ class _TensorType:
 _TENSOR_TYPE = _TensorType()
 
 
-class Malformed(ValueError):
-    """A pickle that does not follow torch's own layout; becomes an InputError at the load boundary."""
-
-
 def _check_view(storage: Storage, offset: Any, size: Any, stride: Any) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Validate a tensor view against its storage before anything is built from it."""
     if type(offset) is not int or not 0 <= offset <= _MAX_INDEX:
@@ -174,6 +168,12 @@ def _check_view(storage: Storage, offset: Any, size: Any, stride: Any) -> tuple[
         raise Malformed("tensor size and stride differ in length")
     if offset > storage.numel:
         raise Malformed(f"tensor offset {offset} is past its storage of {storage.numel} elements")
+    described = 1
+    for extent in size:
+        described *= extent
+    if described > storage.numel:
+        # A stride-0 (expanded) view: a few bytes describing billions of elements that any copy would allocate.
+        raise Malformed(f"tensor describes {described} elements, more than the {storage.numel} of its storage")
     if 0 not in size:
         last = offset + sum((extent - 1) * step for extent, step in zip(size, stride, strict=True))
         if last >= storage.numel:
@@ -245,8 +245,10 @@ def _torch_view(buffer: bytearray, storage: Storage, offset: int, shape: tuple, 
     import torch
 
     dtype = getattr(torch, storage.kind.torch_name)
-    flat = torch.frombuffer(buffer, dtype=dtype) if len(buffer) else torch.empty(0, dtype=dtype)
-    return torch.as_strided(flat, shape, stride, offset)
+    # Storages over a buffer are not resizable: BUILD's ``set_`` cannot regrow one past its checked bytes into
+    # uninitialised memory. An empty storage gets a one-item buffer so that it is one of those too.
+    flat = torch.frombuffer(buffer if len(buffer) else bytearray(storage.kind.itemsize), dtype=dtype)
+    return torch.as_strided(flat[: len(buffer) // storage.kind.itemsize], shape, stride, offset)
 
 
 # Protocol-2 pickles spell some builtin values as calls; these rebuild them without calling anything named.
@@ -475,159 +477,6 @@ class RestrictedUnpickler(pickle.Unpickler):
         if not isinstance(function, _Allowed) or function not in rebuilds or not isinstance(args, tuple):
             return Placeholder()
         return function(*args)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The opcode scan: what the C unpickler would allocate, bounded before it runs.
-#
-# CPython's C unpickler (before 3.15) sizes its memo table from the index of a PUT or LONG_BINPUT
-# opcode and zero-fills it: five hostile bytes ask for up to 64 GB. Counted opcodes (BINBYTES8,
-# BINUNICODE8, ...) preallocate their declared length. One linear pass over the opcodes refuses
-# both before unpickling: memo indexes must not run ahead of the data (picklers number them 0, 1,
-# 2, ... so an index never exceeds the byte offset) and counted lengths must fit in what is left.
-# Runs of fixed-size opcodes (the bulk of a dump: token ids and log-probs) are skipped by one
-# possessive regular expression in C; only strings, memo stores, tuples and text opcodes reach Python.
-#
-# The same pass counts the tuple opcodes. Hashing a tuple (a dict key, a set member) recurses in C
-# once per level of nesting with no recursion limit, so a few MB of TUPLE1 opcodes nested a million
-# deep and used as a dict key overflow the C stack: a segmentation fault, not an exception. Each
-# tuple opcode adds at most one level, so their count bounds the depth; a pickle with more than a
-# few thousand is unpickled on a thread whose stack holds that depth (see call_with_stack).
-
-
-_TUPLE_OPCODES = ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3")
-
-
-def _scanner() -> tuple[re.Pattern[bytes], dict[int, tuple[str, str]]]:
-    import pickletools
-
-    fixed: dict[int, list[int]] = {}
-    slow: dict[int, tuple[str, str]] = {}
-    for opcode in pickletools.opcodes:
-        code = opcode.code.encode("latin1")[0]
-        size = 0 if opcode.arg is None else opcode.arg.n
-        if opcode.name in ("STOP", "PUT", "LONG_BINPUT", "FRAME", *_TUPLE_OPCODES) or size < 0:
-            slow[code] = (opcode.name, "" if opcode.arg is None else opcode.arg.name)
-        else:
-            fixed.setdefault(size, []).append(code)
-    # Most frequent first: BININT (4-byte arg), BINFLOAT (8), BININT2 (2), BININT1 (1), then no-argument opcodes.
-    order = sorted(fixed, key=lambda size: (size == 0, -size if size in (4, 8) else 0, -size))
-    alternatives = [
-        b"[" + b"".join(re.escape(bytes([code])) for code in sorted(fixed[size])) + b"]" + b"." * size for size in order
-    ]
-    return re.compile(b"(?:" + b"|".join(alternatives) + b")*+", re.DOTALL), slow
-
-
-_FAST_RUN, _SLOW_OPCODES = _scanner()
-_COUNT_FORMATS = {
-    "long1": "<B",
-    "string1": "<B",
-    "bytes1": "<B",
-    "unicodestring1": "<B",
-    "long4": "<i",
-    "string4": "<i",
-    "bytes4": "<I",
-    "unicodestring4": "<I",
-    "bytes8": "<Q",
-    "unicodestring8": "<Q",
-    "bytearray8": "<Q",
-}
-
-
-def check_opcodes(data: bytes | bytearray) -> int:
-    """Refuse a pickle whose opcodes would make the C unpickler allocate more than the data justifies.
-
-    Returns the number of tuple opcodes: a bound on how deeply the pickle's tuples nest.
-    """
-    end = len(data)
-    position = 0
-    tuples = 0
-    while True:
-        position = _FAST_RUN.match(data, position).end()
-        if position >= end:
-            raise Malformed("the pickle ends without a STOP opcode (truncated?)")
-        code = data[position]
-        kind = _SLOW_OPCODES.get(code)
-        if kind is None:
-            raise Malformed(f"invalid pickle opcode {bytes([code])!r} at byte {position}")
-        name, argument = kind
-        if name in _TUPLE_OPCODES:
-            tuples += 1
-            position += 1
-            continue
-        if name == "STOP":
-            return tuples
-        if name in ("LONG_BINPUT", "FRAME"):
-            width = 4 if name == "LONG_BINPUT" else 8
-            if position + 1 + width > end:
-                raise Malformed("the pickle is truncated")
-            value = int.from_bytes(data[position + 1 : position + 1 + width], "little")
-            limit = position if name == "LONG_BINPUT" else end - position
-            if value > limit:
-                raise Malformed(f"{name} argument {value} at byte {position} is larger than the data justifies")
-            position += 1 + width
-            continue
-        count_format = _COUNT_FORMATS.get(argument)
-        if count_format is not None:
-            width = struct.calcsize(count_format)
-            if position + 1 + width > end:
-                raise Malformed("the pickle is truncated")
-            count = struct.unpack_from(count_format, data, position + 1)[0]
-            position += 1 + width + count
-            if count < 0 or position > end:
-                raise Malformed(f"{name} at byte {position} declares more bytes than the pickle holds")
-            continue
-        # Text opcodes: one line (two for GLOBAL and INST).
-        line_end = data.find(b"\n", position + 1)
-        if line_end < 0:
-            raise Malformed("the pickle is truncated inside a text opcode")
-        if name == "PUT":
-            text = bytes(data[position + 1 : line_end]).strip()
-            if not text.isdigit() or len(text) > 19 or int(text) > position:
-                raise Malformed(f"PUT argument at byte {position} is larger than the data justifies")
-        if argument == "stringnl_noescape_pair":
-            line_end = data.find(b"\n", line_end + 1)
-            if line_end < 0:
-                raise Malformed("the pickle is truncated inside a text opcode")
-        position = line_end + 1
-
-
-# Hashing one level of tuple nesting takes 64 bytes of C stack on CPython 3.11 (x86-64, gcc -O3); four times that
-# leaves room for other builds. Up to _INLINE_TUPLES levels fit any thread's stack (even macOS's 512 KiB).
-_STACK_BYTES_PER_TUPLE = 256
-_INLINE_TUPLES = 1000
-_MAX_TUPLES = 1 << 22
-_BASE_STACK_BYTES = 16 << 20
-_STACK_SIZE_LOCK = threading.Lock()
-
-
-def call_with_stack(function: Any, tuples: int) -> Any:
-    """``function()``, on a thread whose C stack holds ``tuples`` levels of tuple nesting when more than a few."""
-    if tuples <= _INLINE_TUPLES:
-        return function()
-    if tuples > _MAX_TUPLES:
-        raise Malformed(f"the pickle has {tuples} tuple opcodes, more than the {_MAX_TUPLES} rollaudit reads")
-    page = 1 << 16
-    size = (_BASE_STACK_BYTES + tuples * _STACK_BYTES_PER_TUPLE + page - 1) // page * page
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = function()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
-
-    with _STACK_SIZE_LOCK:  # stack_size is process-wide: set it for this thread only, then put it back
-        previous = threading.stack_size(size)
-        try:
-            worker = threading.Thread(target=run, name="rollaudit-unpickle", daemon=True)
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-    worker.join()
-    if "error" in outcome:
-        raise outcome.pop("error")
-    return outcome["value"]
 
 
 class WholeBuffer:

@@ -12,10 +12,10 @@ HTML and shows control characters as ``\\xNN``, so no dump can add markup, scrip
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._errors import visible
 from .._version import __version__
 from .text import (
     HISTOGRAM_TITLES,
@@ -40,8 +40,6 @@ from .text import (
 
 if TYPE_CHECKING:
     from .._audit.report import Report
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 _STYLE = """
 .rollaudit{--bad:#b8321a;--warn:#8a6d00;--ok:#1d6b2f;--rule:#d0d4da;--muted:#5b6470;--band:#f4f6f8;
@@ -101,7 +99,7 @@ _SCRIPT = """
 
 def text(value: Any) -> str:
     """Any value as HTML text: escaped, control characters shown as ``\\xNN``."""
-    return html.escape(_CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(value)))
+    return html.escape(visible(str(value)))
 
 
 def _code(value: Any) -> str:

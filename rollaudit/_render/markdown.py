@@ -12,6 +12,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._errors import visible
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
@@ -44,12 +45,12 @@ class Code(str):
 
 def markdown_text(text: Any) -> str:
     """Plain text for Markdown: one line, HTML made inert."""
-    return html.escape(" ".join(str(text).split()), quote=False)
+    return html.escape(visible(" ".join(str(text).split())), quote=False)
 
 
 def markdown_cell(text: Any) -> str:
     """A table cell: one line, ``|`` escaped, HTML made inert (a :class:`Code` span keeps its characters)."""
-    folded = " ".join(str(text).split())
+    folded = visible(" ".join(str(text).split()))
     return (folded if isinstance(text, Code) else html.escape(folded, quote=False)).replace("|", "\\|")
 
 

@@ -33,15 +33,9 @@ def _write_arrow(table: pa.Table, path: Path) -> None:
 
 
 def _write_csv(table: pa.Table, path: Path) -> None:
-    import pyarrow as pa
     import pyarrow.csv as csv
 
-    try:
-        csv.write_csv(table, path)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        raise UsageError(
-            f"cannot write this table as CSV: {' '.join(str(error).split())}", expected="a Parquet or Arrow output"
-        ) from None
+    csv.write_csv(table, path)
 
 
 def _json_ready(value: Any) -> Any:
@@ -73,3 +67,18 @@ TABLE_WRITERS: dict[str, Callable[[Any, Path], None]] = {
     ".ndjson": _write_jsonl,
 }
 """Output extension -> writer of a pyarrow table to a (temporary) path."""
+
+
+def write_table_file(table: pa.Table, path: Path, extension: str) -> None:
+    """Write ``table`` to ``path`` in the format of ``extension``; a column the format cannot hold is one line."""
+    import pyarrow as pa
+
+    try:
+        TABLE_WRITERS[extension](table, path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        # e.g. a pass-through column of empty structs for Parquet, or nested values for CSV
+        others = ", ".join(name for name in (".parquet", ".arrow", ".jsonl") if name != extension)
+        raise UsageError(
+            f"cannot write this table as {extension}: {' '.join(str(error).split())}",
+            expected=f"another output format ({others})",
+        ) from None

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._audit.report import RECORDED_ROW
+from .._errors import visible
 from .text import (
     HISTOGRAM_TITLES,
     KEY_WIDTH,
@@ -315,7 +316,8 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
         overview.add_row("tokens", f"{count(description['response_tokens'])} response tokens")
     if description.get("status"):
         overview.add_row(
-            "status", " · ".join(f"{name} {count(number_of)}" for name, number_of in description["status"].items())
+            "status",
+            " · ".join(f"{visible(str(name))} {count(number_of)}" for name, number_of in description["status"].items()),
         )
     fields = Table(
         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), title="Fields", title_justify="left"
@@ -326,7 +328,7 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
     fields.add_column("", no_wrap=True, style="dim")
     for column in description["fields"]:
         fields.add_row(
-            column["name"],
+            visible(column["name"]),
             column["type"],
             _share(column["non_null"], samples),
             "canonical" if column["canonical"] else "passed through",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._audit.report import RECORDED_ROW
+from .._errors import visible
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -101,7 +102,7 @@ def plural(number_of: int, word: str, many: str | None = None) -> str:
 
 def key_text(value: Any, width: int = KEY_WIDTH) -> str:
     """A prompt key, shortened to ``width`` characters (string keys can be whole prompts)."""
-    text = "∅" if value is None else " ".join(str(value).split())
+    text = "∅" if value is None else visible(" ".join(str(value).split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -149,12 +150,12 @@ def files_label(files: Sequence[str]) -> str:
     if not files:
         return "no files"
     if len(files) == 1:
-        return str(files[0])
+        return visible(str(files[0]))
     try:
         common = os.path.commonpath([os.path.dirname(str(path)) or "." for path in files])
     except ValueError:  # absolute and relative paths mixed
         common = ""
-    return f"{len(files)} files in {common}" if common else f"{len(files)} files"
+    return f"{len(files)} files in {visible(common)}" if common else f"{len(files)} files"
 
 
 def load_line(load: Mapping[str, Any]) -> str:
@@ -215,7 +216,7 @@ def counted(number_of: int, what: str) -> str:
 def found_lines(report: Report) -> list[str]:
     """What the loader found, one line per label: ``verl V1 (...): 40 prompts, 282 sessions, 392 outputs``."""
     return [
-        f"{label}: " + ", ".join(counted(number_of, what) for what, number_of in counts.items())
+        visible(f"{label}: " + ", ".join(counted(number_of, what) for what, number_of in counts.items()))
         for label, counts in report.info.get("found", {}).items()
     ]
 
@@ -223,7 +224,7 @@ def found_lines(report: Report) -> list[str]:
 def notes(report: Report) -> list[str]:
     """Data issues worth a line: non-finite rewards, undefined advantages, missing per-prompt view."""
     info = report.info
-    lines = list(info.get("loader_notes", []))
+    lines = [visible(line) for line in info.get("loader_notes", [])]
     lines += [line for scheme_lines in info.get("scheme_notes", {}).values() for line in scheme_lines]
     if info.get("nonfinite_rewards"):
         shown = info.get("nonfinite_rows", [])[:5]
