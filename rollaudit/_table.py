@@ -278,9 +278,10 @@ def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
 
         from ._errors import RollauditWarning
 
+        names = ", ".join(map(repr, drifting))
+        subject = f"columns {names} change" if len(drifting) > 1 else f"column {names} changes"
         warnings.warn(
-            f"column{'s' if len(drifting) > 1 else ''} {', '.join(map(repr, drifting))} change type between files: "
-            "left out of the table",
+            f"{subject} type between files: left out of the table",
             RollauditWarning,
             stacklevel=3,
         )

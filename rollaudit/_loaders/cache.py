@@ -111,10 +111,6 @@ def _category_name(category: type[Warning]) -> str:
     return name if name in _CATEGORIES else _category_name(RollauditWarning)
 
 
-def _category(name: str) -> type[Warning]:
-    return _CATEGORIES.get(name, RollauditWarning)
-
-
 def _checked_entry(stored: Any, source: dict[str, Any]) -> tuple[str, list[tuple[type[Warning], str]]] | None:
     """An entry's format and warnings when its stored record has the shape :meth:`Cache.put` writes and names
     ``source``; None (a miss) for anything else."""
@@ -126,10 +122,11 @@ def _checked_entry(stored: Any, source: dict[str, Any]) -> tuple[str, list[tuple
         return None
     warned = stored["warned"]
     if not all(
-        isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in warned
+        isinstance(pair, list) and len(pair) == 2 and pair[0] in _CATEGORIES and isinstance(pair[1], str)
+        for pair in warned
     ):
         return None
-    return stored["format"], [(_category(name), message) for name, message in warned]
+    return stored["format"], [(_CATEGORIES[name], message) for name, message in warned]
 
 
 @dataclass

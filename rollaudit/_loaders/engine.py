@@ -277,16 +277,37 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
     from concurrent.futures.process import BrokenProcessPool
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+    context = multiprocessing.get_context(method)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_interrupts)
     try:
         futures = {pool.submit(read_outcome, str(item.format), item.absolute, options): index for index, item in work}
         for future in as_completed(futures):
             done(futures[future], future.result())
     except BrokenProcessPool:
         raise WorkersDied from None
+    except BaseException as error:
+        if not isinstance(error, Exception):  # Ctrl-C, or SIGTERM as the CLI raises it: stop now, not after the reads
+            _kill_workers(pool)
+        raise
     finally:
         # On an error, files not started yet are not read; those being read are waited for.
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to this process, which stops them: no traceback from each."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _kill_workers(pool: Any) -> None:
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
 
 
 def _ray_init(address: str | None) -> None:

@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from .._errors import InputError, RollauditWarning
 from .._table import concat_tables, make_table
-from . import columns, tables
+from . import capped, columns, tables
 from .base import Format
 
 if TYPE_CHECKING:
@@ -132,12 +132,12 @@ def _used(roles: _Roles) -> set[str]:
 
 def _read_table(path: Path, kind: str, options: LoadOptions) -> tuple[pa.Table, _Roles]:
     if kind in ("parquet", "arrow", "arrow-stream"):
-        schema = tables.arrow_schema(path, kind)
+        schema = capped.arrow_schema(path, kind)
         roles = _roles(schema.names, schema, options, path)
         used = _used(roles)
         # Token ids, log-probs and messages are never read: only the role columns and scalar extras.
         wanted = [field.name for field in schema if field.name in used or columns.is_scalar(field.type)]
-        return tables.read_arrow(path, kind, wanted), roles
+        return capped.read_arrow(path, kind, wanted), roles
     if kind == "jsonl":
         table = tables.read_json_lines(path)
     else:

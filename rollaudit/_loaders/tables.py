@@ -72,6 +72,8 @@ def sniff(path: Path) -> str | None:
             return "jsonl"  # a first line longer than the sniff limit: the reader will judge it
         try:
             return "jsonl" if type(json.loads(line)) is dict else None
+        except RecursionError:
+            return "jsonl"  # an object too deep for Python's parser: the reader names the line and its depth
         except ValueError:
             return None
     if text.lstrip()[:1] in (b"[", b"{"):
@@ -119,7 +121,10 @@ def first_json_object(path: Path) -> dict | None:
     except OSError:
         return None
     value = _first_object(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    return copy.deepcopy(value) if value is not None else None
+    try:
+        return copy.deepcopy(value) if value is not None else None
+    except RecursionError:  # parsed, but too deep to copy: no dump's first record
+        return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -208,6 +213,8 @@ def _locate_json_problem(path: Path, field: str | None, expected_kind: str | Non
                 continue
             try:
                 value = json.loads(raw)
+            except RecursionError:
+                return f"line {number} nests JSON too deeply to read"
             except json.JSONDecodeError as error:
                 return f"line {number} is not valid JSON: {error.msg.removesuffix(' at')} (column {error.colno})"
             except ValueError:
@@ -265,8 +272,8 @@ class _DepthScan:
         self.in_string = 0  # whether the previous chunk ended inside a string
         self.depth = 0  # the depth at the previous chunk's end, within its last line
 
-    def deepest(self, chunk: Any) -> tuple[int, int]:
-        """(the largest depth in ``chunk``, its position in it)."""
+    def first_past(self, chunk: Any, limit: int) -> int | None:
+        """The first position in ``chunk`` nested deeper than ``limit`` (within its line), or None."""
         import numpy as np
 
         size = len(chunk)
@@ -284,13 +291,13 @@ class _DepthScan:
         depth = np.cumsum(np.where(inside, 0, step), dtype=np.int64) + self.depth
         line_of = np.cumsum(newline, dtype=np.int64)
         bases = np.concatenate(([0], depth[newline]))
-        relative = depth - bases[line_of]
-        position = int(relative.argmax())
+        too_deep = (depth - bases[line_of]) > limit
+        relative_end = int(depth[-1] - bases[line_of[-1]])
         trailing = size - 1 - int(last_other[-1]) if backslash[-1] else 0
         self.backslashes = trailing + (self.backslashes if trailing == size else 0)
         self.in_string = int(inside[-1]) if not newline[-1] else 0
-        self.depth = int(relative[-1])
-        return int(relative[position]), position
+        self.depth = relative_end
+        return int(too_deep.argmax()) if too_deep.any() else None
 
 
 def check_json_depth(path: Path, limit: int = MAX_JSON_DEPTH) -> None:
@@ -323,8 +330,8 @@ def _too_deep_line(view: Any, limit: int) -> int | None:
     scan = _DepthScan()
     newlines = 0
     for chunk in chunks:
-        deepest, position = scan.deepest(chunk)
-        if deepest > limit:
+        position = scan.first_past(chunk, limit)
+        if position is not None:
             return newlines + int(np.count_nonzero(chunk[:position] == 10)) + 1
         newlines += int(np.count_nonzero(chunk == 10))
     return None
@@ -449,12 +456,8 @@ def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
     return None
 
 
-def arrow_schema(path: Path, kind: str) -> pa.Schema:
-    """The schema of a Parquet or Arrow file, read from its footer (no data); its names checked to be UTF-8."""
-    return check_names(_arrow_schema(path, kind), path)
-
-
-def _arrow_schema(path: Path, kind: str) -> pa.Schema:
+def footer_schema(path: Path, kind: str) -> pa.Schema:
+    """The schema of a Parquet or Arrow file, read from its footer (no data; not for Feather v1, which has none)."""
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -463,10 +466,6 @@ def _arrow_schema(path: Path, kind: str) -> pa.Schema:
         if kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
                 return reader.schema
-        if _is_feather_v1(path):
-            import pyarrow.feather as feather
-
-            return feather.read_table(path).schema  # legacy Feather v1 has no schema-only read
         with pa.ipc.open_file(path) as reader:
             return reader.schema
     except (pa.ArrowException, OSError) as error:
@@ -475,7 +474,7 @@ def _arrow_schema(path: Path, kind: str) -> pa.Schema:
         raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
 
 
-def _is_feather_v1(path: Path) -> bool:
+def is_feather_v1(path: Path) -> bool:
     head = read_head(path, 4)
     return head is not None and head.startswith(_FEATHER_V1_MAGIC)
 
@@ -483,8 +482,11 @@ def _is_feather_v1(path: Path) -> bool:
 _KIND_NAMES = {"parquet": "Parquet", "arrow": "Arrow IPC/Feather", "arrow-stream": "an Arrow IPC stream"}
 
 
-def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
-    """The named columns of a Parquet or Arrow file (the others are never read)."""
+def read_in_this_process(path: Path, kind: str, columns: list[str] | None) -> pa.Table:
+    """The named columns (all with None) of a Parquet or Arrow file, dictionaries decoded: what may expand.
+
+    Memory errors pass through: the capped reader (:mod:`.capped`) names the bound they hit.
+    """
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -494,17 +496,29 @@ def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
                 table = parquet.read(columns=columns)
         elif kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
-                table = reader.read_all().select(columns)
+                table = reader.read_all()
+            table = table if columns is None else table.select(columns)
         else:
             import pyarrow.feather as feather
 
             table = feather.read_table(path, columns=columns)
-    except (pa.ArrowException, OSError) as error:  # ArrowMemoryError, ArrowCapacityError too: data that does not fit
+        check_rows(table.num_rows, path)
+        return _decoded(table)
+    except (MemoryError, pa.ArrowCapacityError):  # ArrowMemoryError is a MemoryError: data that does not fit
+        raise
+    except (pa.ArrowException, OSError) as error:
         raise InputError(f"cannot read as {_KIND_NAMES[kind]}: {short(error)}", file=str(path)) from None
     except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
         raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
-    check_rows(table.num_rows, path)
-    return check_values(table, path)
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """Dictionary columns as plain ones, here where the memory bound holds: one long value a million times over
+    is a few bytes of dictionary page and gigabytes decoded."""
+    for index, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            table = table.set_column(index, field.name, table.column(index).cast(field.type.value_type))
+    return table
 
 
 def check_rows(rows: int, path: Path) -> None:

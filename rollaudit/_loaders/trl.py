@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
 from .._table import POSITION, PROMPT, STEP, concat_tables, make_table
-from . import columns, tables
+from . import capped, columns, tables
 from .base import Format
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
     tables.check_not_empty(path)
     if tables.sniff(path) != "parquet":
         raise InputError("not a Parquet file", file=str(path), expected="TRL's completions_*.parquet")
-    schema = tables.arrow_schema(path, "parquet")
+    schema = capped.arrow_schema(path, "parquet")
     names = schema.names
     prompt = columns.pick_column(names, options.prompt_col, (PROMPT_COLUMN,), "prompt text", path)
     if prompt is None:
@@ -225,7 +225,7 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
         and field.name not in NOT_REWARDS
         and (columns.is_number(field.type) or pa.types.is_boolean(field.type))
     ]
-    table = tables.read_arrow(path, "parquet", [*used, *reward_columns, *extras])
+    table = capped.read_arrow(path, "parquet", [*used, *reward_columns, *extras])
     if table.num_rows == 0:
         raise InputError("empty file: the table has no rows", file=str(path), expected="TRL completion rows")
 

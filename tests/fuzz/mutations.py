@@ -200,7 +200,11 @@ def opcode(draw: st.DrawFn) -> bytes:
 @st.composite
 def fragment(draw: st.DrawFn) -> bytes:
     """A few opcodes that do something meaningful together: a call, a storage, a tensor, a keyed value."""
-    kind = draw(st.sampled_from(("call", "storage", "tensor", "keyed", "stack_global", "memo")))
+    kind = draw(
+        st.sampled_from(("call", "storage", "tensor", "keyed", "stack_global", "memo", "dag", "shared", "collide"))
+    )
+    if kind in ("dag", "shared", "collide"):
+        return _shaped(draw, kind)
     if kind == "call":
         module, name = draw(st.sampled_from(GLOBAL_NAMES))
         arguments = b"".join(draw(st.lists(opcode(), max_size=3)))
@@ -237,6 +241,23 @@ def fragment(draw: st.DrawFn) -> bytes:
         return b"\x8c" + bytes([len(module)]) + module.encode() + b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93"
     index = draw(st.sampled_from((0, 1, 2, 255, 1 << 20, 0xFFFFFFFF)))
     return draw(st.sampled_from((b"\x94", b"q" + bytes([index & 0xFF]), b"h" + bytes([index & 0xFF]))))
+
+
+def _shaped(draw: st.DrawFn, kind: str) -> bytes:
+    """The shapes of issue 16, small and at the bounds: a tuple DAG (``t = (t, t)`` by DUP), one list referenced
+    many times, big integers that share one hash residue; sometimes as a dict key, where they are hashed."""
+    if kind == "dag":
+        body = b")" + b"2\x86" * draw(st.sampled_from((1, 2, 8, 19, 20, 21, 40, 64)))
+    elif kind == "shared":
+        body = b"(]K\x01a" + b"2" * draw(st.sampled_from((1, 2, 100, 10_000))) + b"l"
+    else:
+        modulus = (1 << 61) - 1
+        count = draw(st.sampled_from((2, 63, 64, 65, 200)))
+        keys = b"".join(b"\x8a\x10" + (5 + index * modulus).to_bytes(16, "little") + b"N" for index in range(count))
+        body = b"}(" + keys + b"u"
+    if draw(st.booleans()):
+        body = b"}" + body + b"K\x01s"  # as a dict key: hashed
+    return body
 
 
 def _storage(draw: st.DrawFn) -> bytes:
@@ -296,6 +317,9 @@ def json_line(fields: Sequence[str], values: st.SearchStrategy[Any] = JSON_VALUE
         objects.map(lambda line: line[: len(line) // 2]),
         st.just('{"score": NaN, "input": "a", "output": "b"}'),
         st.just('{"score": 1, "score": "x", "input": "a"}'),
+        # deep nesting around the depth bound (512) and far past it, inside and outside strings
+        st.sampled_from((511, 512, 513, 5_000, 50_000)).map(lambda depth: '{"x": ' + "[" * depth + "]" * depth + "}"),
+        st.sampled_from((513, 50_000)).map(lambda depth: '{"x": "' + "[" * depth + '"}'),
     )
     return st.one_of(objects, objects, objects, objects, broken)
 

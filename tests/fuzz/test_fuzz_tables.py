@@ -243,3 +243,25 @@ def test_generic_random_tables(
     data = mutations.apply_operations(data, operations)
     name = stem + _SUFFIX[kind]
     _load("generic", name, data, format, f"{name} {_describe(table)} {operations}", **options)
+
+
+_DRIFTING = {"reward": ("float", "int"), "prompt": ("string", "int", "messages"), "step": ("int",)}
+
+
+@harness.fuzz_settings()
+@given(
+    first=mutations.arrow_table(GENERIC_NAMES, likely=_DRIFTING),
+    second=mutations.arrow_table(GENERIC_NAMES, likely=_DRIFTING),
+    kind=st.sampled_from(("parquet", "jsonl", "feather")),
+)
+def test_columns_that_change_type_between_files(first: pa.Table, second: pa.Table, kind: str):
+    """Two files of one run whose shared columns were drawn independently: pass-through columns, keys and steps
+    whose types drift from file to file (issue 16: an ArrowTypeError when the table was joined)."""
+    files = {}
+    for number, table in enumerate((first, second)):
+        data = _write(table, kind)
+        if data is None:
+            return
+        files[f"run/step{number}{_SUFFIX[kind]}"] = data
+    description = f"{_describe(first)} then {_describe(second)}"
+    run_case("generic", files, target="run", description=description)

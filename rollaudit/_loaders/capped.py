@@ -1,0 +1,214 @@
+"""Parquet and Arrow IPC reads in a child process under an address-space limit.
+
+A few kilobytes of Parquet (dictionary pages, run-length encoded list
+levels) or of compressed Arrow IPC buffers can decode to gigabytes, and
+pyarrow allocates them before rollaudit sees a row. The metadata that could
+bound them is the attacker's to write, so the bound is the operating
+system's: the read runs in one long-lived child process whose address space
+is limited (``RLIMIT_AS``) to what it had plus
+``FREE_BYTES + BYTES_PER_FILE_BYTE`` times the file's size. An expansion past
+that fails an allocation in the child and comes back as one line naming the
+file; the table comes back as an Arrow IPC stream over a pipe.
+
+The child uses the system allocator (``ARROW_DEFAULT_MEMORY_POOL=system``):
+mimalloc reserves a GiB of address space up front and would fail under any
+useful limit. Where there is no ``RLIMIT_AS`` (Windows, macOS ignores it),
+the read runs in this process, bounded only by the row checks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from .._errors import InputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+FREE_BYTES = 1 << 30
+"""Address space every read may add, whatever the file's size: enough for any real table of a small file."""
+BYTES_PER_FILE_BYTE = 64
+"""Address space per byte of file beyond that: zstd text compresses ~10x, Parquet's encodings a few times more."""
+_IN_WORKER = "ROLLAUDIT_CAPPED_WORKER"
+
+
+def can_cap() -> bool:
+    """Whether reads can run under an address-space limit here (Linux and the BSDs)."""
+    try:
+        import resource
+    except ImportError:
+        return False
+    return hasattr(resource, "RLIMIT_AS") and sys.platform != "darwin" and not os.environ.get(_IN_WORKER)
+
+
+def arrow_schema(path: Path, kind: str) -> pa.Schema:
+    """The schema of a Parquet or Arrow file, read from its footer (no data); its names checked to be UTF-8."""
+    from . import tables
+
+    if kind == "arrow" and tables.is_feather_v1(path):
+        schema = read_table(path, kind, None).schema  # legacy Feather v1 has no schema-only read
+    else:
+        schema = tables.footer_schema(path, kind)
+    return tables.check_names(schema, path)
+
+
+def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
+    """The named columns of a Parquet or Arrow file (the others are never read), read under the memory bound."""
+    from . import tables
+
+    table = read_table(path, kind, columns)
+    tables.check_rows(table.num_rows, path)
+    return tables.check_values(table, path)
+
+
+def read_table(path: Path, kind: str, columns: list[str] | None) -> pa.Table:
+    """``tables.read_in_this_process(path, kind, columns)``, run in the capped child where there is one."""
+    from . import tables
+
+    if not can_cap():
+        return tables.read_in_this_process(path, kind, columns)
+    return _worker().read(path, kind, columns)
+
+
+def address_space_limit(size: int) -> int:
+    """The bytes of address space a read of a ``size``-byte file may add."""
+    return FREE_BYTES + BYTES_PER_FILE_BYTE * size
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# This process: one child per process, started on the first read and reused.
+
+
+class _Worker:
+    def __init__(self) -> None:
+        environment = {**os.environ, _IN_WORKER: "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "from rollaudit._loaders.capped import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=environment,
+            start_new_session=True,  # Ctrl-C reaches this process only; it stops the child itself
+        )
+        self._lock = threading.Lock()
+        self.owner = os.getpid()  # a forked child must not share this process's pipes
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def read(self, path: Path, kind: str, columns: list[str] | None) -> pa.Table:
+        import pyarrow as pa
+
+        request = {"path": os.fspath(Path(path).absolute()), "kind": kind, "columns": columns}
+        with self._lock:
+            stdin, stdout = self._process.stdin, self._process.stdout
+            assert stdin is not None and stdout is not None
+            try:
+                stdin.write(json.dumps(request).encode() + b"\n")
+                stdin.flush()
+                answer = stdout.readline()
+                if answer == b"ok\n":
+                    with pa.ipc.open_stream(stdout) as reader:
+                        return reader.read_all()
+            except (OSError, pa.ArrowException):
+                answer = b""
+            except BaseException:  # Ctrl-C or a signal mid-read: the child's answer would be out of step
+                self.stop()
+                raise
+        if not answer:
+            self.stop()
+            raise InputError("stopped the table reader (it crashed or was killed)", file=str(path))
+        fields = json.loads(answer)
+        message = fields.pop("message")
+        fields["file"] = str(path)
+        raise InputError(message, **fields)
+
+    def stop(self) -> None:
+        if self.alive:
+            self._process.kill()
+        self._process.wait()
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+_current: _Worker | None = None
+
+
+def _worker() -> _Worker:
+    global _current
+    if _current is None or _current.owner != os.getpid() or not _current.alive:
+        _current = _Worker()
+    return _current
+
+
+@atexit.register
+def _stop_worker() -> None:
+    if _current is not None and _current.owner == os.getpid():
+        _current.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The child: one request per line on stdin, "ok" and an IPC stream or one JSON error line on stdout.
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -> None:
+    """The child's loop; it ends when this process's parent closes the pipe."""
+    import resource
+    import signal
+
+    import pyarrow as pa
+
+    from . import tables
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    requests = requests or sys.stdin.buffer
+    answers = answers or sys.stdout.buffer
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    pa.table({"warm": [0]})  # pyarrow's first allocations happen before the limit is measured
+    for line in requests:
+        request = json.loads(line)
+        path = Path(request["path"])
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        limit = _address_space() + address_space_limit(size)
+        capped = limit if soft == resource.RLIM_INFINITY else min(limit, soft)
+        resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
+        try:
+            table = tables.read_in_this_process(path, request["kind"], request["columns"])
+        except InputError as error:
+            failure: dict[str, Any] = {name: getattr(error, name) for name in ("message", "field", "row", "expected")}
+        except (MemoryError, pa.ArrowCapacityError):
+            failure = {
+                "message": f"decodes to more than {address_space_limit(size) >> 20} MiB of table",
+                "expected": f"at most {FREE_BYTES >> 20} MiB plus {BYTES_PER_FILE_BYTE} bytes per byte of file",
+            }
+        except Exception as error:  # a bug: named, so that it is reported, rather than a silent crash
+            failure = {"message": f"cannot be read ({type(error).__name__}: {tables.short(error)})"}
+        else:
+            failure = None
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        if failure is not None:
+            answers.write(json.dumps(failure).encode() + b"\n")
+        else:
+            answers.write(b"ok\n")
+            with pa.ipc.new_stream(answers, table.schema) as writer:
+                writer.write_table(table)
+            del table
+        answers.flush()
