@@ -313,7 +313,7 @@ def test_run_options_are_checked_before_any_file_is_read(small_run: Path):
 def test_default_jobs_stay_in_process_for_one_file_or_a_small_run():
     assert _engine.default_jobs(1, 10 << 30) == 1
     assert _engine.default_jobs(100, 1 << 20) == 1
-    assert 1 <= _engine.default_jobs(100, 10 << 30) <= min(_engine.available_cpus(), _engine.MAX_DEFAULT_JOBS)
+    assert _engine.default_jobs(100, 10 << 30) == min(_engine.available_cpus(), 100)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -85,6 +85,20 @@ def _fast_run() -> re.Pattern[bytes]:
 
 
 _FAST_RUN = _fast_run()
+# Opcode -> argument width of the plain pushes: a long run of one of them (log-probs, loss masks) is checked by
+# numpy, a thousand opcodes a call, instead of the regular expression's one at a time.
+_PLAIN_WIDTHS = {code: 0 if op.arg is None else op.arg.n for code, op in _OPCODES.items() if op.name in _PLAIN_PUSHES}
+_HOMOGENEOUS_CHUNK = 4096
+_RELEASE_BYTES = 16 << 20
+_TEXT_WIDTHS = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}
+_MEMO_PUT_WIDTHS = {ord("q"): 1, ord("r"): 4, 0x94: 0}  # BINPUT, LONG_BINPUT, MEMOIZE
+_MARK_CODE, _APPEND_CODE, _APPENDS_CODE, _FRAME_CODE = ord("("), ord("a"), ord("e"), 0x95
+_MEMO_FAST_WIDTHS = {ord("h"): 1, ord("j"): 4, ord("q"): 1, ord("r"): 4}  # BINGET, LONG_BINGET, BINPUT, LONG_BINPUT
+_GET_CODES = frozenset({ord("h"), ord("j")})
+_MEMO_PUTS = frozenset({"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"})
+_MEMO_GETS = frozenset({"BINGET", "LONG_BINGET", "GET"})
+SKIPPED_CALL = b"crollaudit\nskipped\n)R"
+"""What a skimmed list becomes: a call of ``rollaudit.skipped`` (the unpickler's :data:`SKIPPED` marker)."""
 
 
 class _Stack:
@@ -146,9 +160,19 @@ def _keys_size(entries: list[int]) -> int:
 
 
 class _Scan:
-    def __init__(self, data: bytes | bytearray) -> None:
+    def __init__(self, data: Any, skim: frozenset[str] = frozenset()) -> None:
         self.data = data
         self.end = len(data)
+        self.view: Any = None
+        self.skim = frozenset(name.encode("utf-8") for name in skim)
+        self.pieces: list[bytes] = []  # the skimmed pickle so far: kept bytes and replacements
+        self.kept_from = 0  # where the bytes not yet in pieces begin
+        self.lists_cut = 0
+        self.release: Any = None  # release(position): the bytes before position are not needed again
+        self.released = 0
+        self.texts: dict[int, bytes] = {}  # memo index -> a short text pushed before it (a dict key)
+        self.cut_memo: set[int] = set()  # memo indexes of cut lists
+        self.cut_fetched = False  # whether a cut list is fetched from the memo: then nothing is cut
         self.stack = _Stack()
         self.memo: dict[int, int] = {}  # memo index -> expanded size, where more than 1
         self.memo_len = 0
@@ -195,6 +219,100 @@ class _Scan:
         else:
             self.memo.pop(index, None)
 
+    def _find_newline(self, start: int) -> int:
+        """``data.find(b"\\n", start)``, also for a memoryview (of a mapped file), searched in growing windows."""
+        data = self.data
+        if not isinstance(data, memoryview):
+            return data.find(b"\n", start)
+        if self.view is None:
+            import numpy as np
+
+            self.view = np.frombuffer(data, dtype=np.uint8)
+        window = 256
+        while start < self.end:
+            found = (self.view[start : start + window] == 10).argmax()
+            if self.view[start + found] == 10 and found < window:
+                return start + int(found)
+            start, window = start + window, window * 2
+        return -1
+
+    # Skimming.
+
+    def _key_step(self, name: str, key: bytes | None, argument: Any, position: int, after: int) -> bytes | None:
+        """The short text this opcode leaves on top of the stack (a dict key, from its opcode or the memo)."""
+        if name == "FRAME":
+            self._cut(position, after, b"")  # cuts change frame lengths: the frames go (they are optional)
+            return key
+        width = _TEXT_WIDTHS.get(name)
+        if width is not None:
+            return bytes(self.data[position + 1 + width : after]) if after - position <= 80 else None
+        if name in _MEMO_PUTS:
+            if key is not None:
+                self.texts[self.memo_len if name == "MEMOIZE" else argument] = key
+            return key
+        if name in _MEMO_GETS:
+            self.cut_fetched |= argument in self.cut_memo
+            return self.texts.get(argument)
+        return None
+
+    def _plain_run(self, position: int) -> int:
+        """The end of the plain number opcodes from ``position`` on (FRAME opcodes among them cut out)."""
+        data, end = self.data, self.end
+        while True:
+            position = self._homogeneous(position)
+            match = _FAST_RUN.match(data, position)
+            if match is not None:
+                position = match.end()
+            if position + 9 <= end and data[position] == _FRAME_CODE:
+                position += 9  # inside a list: gone with it when it is cut, else the walk meets it again
+                continue
+            return position
+
+    def _cut_list(self, position: int) -> int | None:
+        """At the EMPTY_LIST opcode of a skimmed key: the end of the list, cut, when it is whole and only plain
+        numbers (batches between MARK and APPENDS, or one number and APPEND); None, and nothing recorded, if not."""
+        data, end = self.data, self.end
+        cursor = position + 1
+        memo, memo_index = b"", None
+        code = data[cursor] if cursor < end else None
+        width = _MEMO_PUT_WIDTHS.get(code)
+        if width is not None and cursor + 1 + width <= end:
+            memo = bytes(data[cursor : cursor + 1 + width])
+            memo_index = int.from_bytes(memo[1:], "little") if width else self.memo_len
+            cursor += 1 + width
+        batches = 0
+        while cursor < end:
+            code = data[cursor]
+            if code == _MARK_CODE:
+                run_end = self._plain_run(cursor + 1)
+                if run_end == cursor + 1 or run_end >= end or data[run_end] != _APPENDS_CODE:
+                    break
+                cursor, batches = run_end + 1, batches + 1
+            elif batches == 0 and code in _PLAIN_WIDTHS and cursor + 2 + _PLAIN_WIDTHS[code] <= end:
+                after = cursor + 1 + _PLAIN_WIDTHS[code]
+                if data[after] != _APPEND_CODE:
+                    break
+                cursor, batches = after + 1, 1
+                break
+            else:
+                break
+        if batches == 0 or (cursor < end and data[cursor] in (_MARK_CODE, _APPEND_CODE, _APPENDS_CODE)):
+            return None  # not a whole list of numbers: the walk reads it opcode by opcode
+        self.stack.push(1)
+        if memo_index is not None:
+            self._memo_put(memo_index, cursor if width else self.end)
+            self.cut_memo.add(memo_index)
+        self._cut(position, cursor, SKIPPED_CALL + memo)
+        self.lists_cut += 1
+        return cursor
+
+    def _cut(self, start: int, end: int, replacement: bytes) -> None:
+        self.pieces += (bytes(self.data[self.kept_from : start]), replacement)
+        self.kept_from = end
+        if self.release is not None and end - self.released > _RELEASE_BYTES:
+            self.release(end)
+            self.released = end
+
     # The walk.
 
     def _argument(self, op: pickletools.OpcodeInfo, position: int) -> tuple[Any, int]:
@@ -222,12 +340,12 @@ class _Scan:
                 raise Malformed("the pickle is truncated")
             return int.from_bytes(data[start : start + width], "little"), start + width
         # Text arguments: one line, two for GLOBAL and INST.
-        line_end = data.find(b"\n", start)
+        line_end = self._find_newline(start)
         if line_end < 0:
             raise Malformed("the pickle is truncated inside a text opcode")
         text = bytes(data[start:line_end])
         if arg.name == "stringnl_noescape_pair":
-            line_end = data.find(b"\n", line_end + 1)
+            line_end = self._find_newline(line_end + 1)
             if line_end < 0:
                 raise Malformed("the pickle is truncated inside a text opcode")
             return None, line_end + 1
@@ -243,21 +361,82 @@ class _Scan:
                 raise Malformed(f"{op.name} at byte {position} is not an integer rollaudit reads") from None
         return None, line_end + 1
 
+    def _homogeneous(self, position: int) -> int:
+        """The end of the run of one plain opcode that starts at ``position`` (``position`` when there is none
+        long enough to be worth a numpy call)."""
+        data, end = self.data, self.end
+        width = _PLAIN_WIDTHS.get(data[position])
+        if width is None:
+            return position
+        stride = width + 1
+        code = data[position]
+        if position + 4 * stride >= end or data[position + stride] != code or data[position + 3 * stride] != code:
+            return position
+        if self.view is None:
+            import numpy as np
+
+            self.view = np.frombuffer(data, dtype=np.uint8)
+        while True:
+            count = min(_HOMOGENEOUS_CHUNK, (end - position) // stride)
+            differs = self.view[position : position + count * stride : stride] != code
+            first = int(differs.argmax())
+            if differs[first]:
+                return position + first * stride
+            position += count * stride
+            if count < _HOMOGENEOUS_CHUNK:
+                return position
+
     def run(self) -> int:
         data, stack, fast = self.data, self.stack, _FAST_RUN
-        position = 0
+        skimming = bool(self.skim)
+        key: bytes | None = None  # the text pushed last, while it is the top value (a dict key, usually)
+        position, end, plain, memo, texts = 0, self.end, _PLAIN_WIDTHS, self.memo, self.texts
         while True:
-            match = fast.match(data, position)
-            if match is not None:
-                stack.push(-(match.end() - position))
-                position = match.end()
-            if position >= self.end:
+            width = plain.get(data[position]) if position < end else None
+            if width is not None:
+                start, single = position, position + 1 + width
+                if single < end and data[single] not in plain:
+                    position = single  # one value (None, a small int): no run to look for
+                else:
+                    position = self._homogeneous(position)
+                    match = fast.match(data, position)
+                    if match is not None:
+                        position = match.end()
+                stack.push(-(position - start))
+                key = None
+            if position >= end:
                 raise Malformed("the pickle ends without a STOP opcode (truncated?)")
-            op = _OPCODES.get(data[position])
+            code = data[position]
+            # The commonest structural opcodes of a dump, without the general dispatch: memo gets of dict keys
+            # and memo puts (BINGET, LONG_BINGET, BINPUT, LONG_BINPUT).
+            width = _MEMO_FAST_WIDTHS.get(code)
+            if width is not None and position + 1 + width <= end:
+                index = (
+                    data[position + 1] if width == 1 else int.from_bytes(data[position + 1 : position + 5], "little")
+                )
+                if code in _GET_CODES:
+                    stack.push(memo.get(index, 1))
+                    if skimming:
+                        self.cut_fetched |= index in self.cut_memo
+                        key = texts.get(index)
+                else:
+                    self._memo_put(index, position)
+                    if skimming and key is not None:
+                        texts[index] = key
+                position += 1 + width
+                continue
+            op = _OPCODES.get(code)
             if op is None:
                 raise Malformed(f"invalid pickle opcode {bytes([data[position]])!r} at byte {position}")
             argument, after = self._argument(op, position)
             name = op.name
+            if skimming:
+                if name == "EMPTY_LIST" and key in self.skim:
+                    cut = self._cut_list(position)
+                    if cut is not None:
+                        position, key = cut, None
+                        continue
+                key = self._key_step(name, key, argument, position, after)
             if name == "STOP":
                 return self.tuples
             if name in _PUSH_ONE:
@@ -279,9 +458,8 @@ class _Scan:
             elif name == "DUP":
                 stack.push(stack.top())
             elif name == "SETITEM":
-                value, key = stack.pop(1), stack.pop(1)
-                del value
-                self._hash(key, position)
+                stack.pop(1)  # the value
+                self._hash(stack.pop(1), position)
             elif name == "SETITEMS":
                 self._hash(_keys_size(stack.pop_mark()[1]), position)
             elif name == "DICT":
@@ -322,6 +500,25 @@ def check_opcodes(data: bytes | bytearray) -> int:
     return _Scan(data).run()
 
 
+def skim(data: Any, fields: frozenset[str], release: Any = None) -> tuple[bytes | Any, int]:
+    """:func:`check_opcodes`, and the pickle with the lists of plain numbers under the dict keys ``fields``
+    replaced by :data:`SKIPPED_CALL` (their memo entries kept): what the C unpickler then builds is the rest.
+
+    A list is cut only when it is whole: an empty list opcode right after the key, then batches of plain number
+    opcodes between MARK and APPENDS (or one and APPEND), and nothing else; any other shape is left as it is.
+    When the pickle fetches a cut list from the memo (honest dumps never do), nothing is cut. ``release(n)``, when
+    given, is told as the walk goes that the first ``n`` bytes are not needed again (a mapped file's pages).
+    Returns (the pickle to unpickle, the number of tuple opcodes).
+    """
+    scan = _Scan(data, fields)
+    scan.release = release
+    tuples = scan.run()
+    if scan.cut_fetched or not scan.lists_cut:
+        return data, tuples  # a cut list named again elsewhere would come back as the marker: read it all
+    scan.pieces.append(bytes(data[scan.kept_from :]))
+    return b"".join(scan.pieces), tuples
+
+
 # Hashing one level of tuple nesting takes 64 bytes of C stack on CPython 3.11 (x86-64, gcc -O3); four times that
 # leaves room for other builds. Up to _INLINE_TUPLES levels fit any thread's stack (even macOS's 512 KiB).
 _STACK_BYTES_PER_TUPLE = 256
@@ -360,4 +557,4 @@ def call_with_stack(function: Any, tuples: int) -> Any:
     return outcome["value"]
 
 
-__all__ = ["MAX_TUPLE_EXPANSION", "Malformed", "call_with_stack", "check_opcodes"]
+__all__ = ["MAX_TUPLE_EXPANSION", "SKIPPED_CALL", "Malformed", "call_with_stack", "check_opcodes", "skim"]

@@ -135,10 +135,22 @@ class TrainStep:
     raw_reward: list[float] | None = None
 
 
+# Per-token lists of a sample that no reader here looks at: never built (they are most of a dump's bytes).
+# A train dump's loss_masks and advantages are read (their tokens agree with the scalar?), and so is raw_reward.
+PER_TOKEN_FIELDS = frozenset(
+    {
+        "tokens", "loss_mask", "rollout_log_probs", "teacher_log_probs", "rollout_top_p_token_ids",
+        "rollout_top_p_token_offsets", "log_probs", "ref_log_probs", "values", "returns", "kl",
+        "rollout_routed_experts", "multimodal_inputs", "multimodal_train_inputs",
+    }
+)  # fmt: skip
+
+
 def read_dump(path: Path, options: LoadOptions) -> RolloutStep | TrainStep:
     """Read one slime dump: a rollout dump or a train dump, told apart by content."""
+    skip = PER_TOKEN_FIELDS - {options.reward_key}  # a reward dict may name its reward like a per-token field
     with TorchArchive(path) as archive:
-        top = archive.unpickle(lazy_tensors=True)
+        top = archive.unpickle(lazy_tensors=True, skip=skip)
         if type(top) is not dict:
             raise InputError(f"the pickle holds a {fields.type_name(top)}", file=str(path), expected=fields.LAYOUT)
         if "format_version" in top or "rollout_data" in top:

@@ -12,6 +12,8 @@ together cannot exceed the file. Every failure is an
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import struct
 import warnings
@@ -19,12 +21,14 @@ import zipfile
 from typing import Any
 
 from .._errors import InputError, RollauditWarning
-from .pickle_scan import call_with_stack, check_opcodes
+from .pickle_scan import call_with_stack, skim
 from .unpickle import RestrictedUnpickler, Storage, WholeBuffer, describe_unknown, printable
 
 MAX_PICKLE_BYTES = 4 << 30
 """Largest ``data.pkl`` read (4 GiB): slime dumps of thousands of agentic samples are hundreds of MB."""
 
+_STORAGE_CACHE_BYTES = 64 << 20
+_REREAD_RATIO = 4
 # Deflate cannot compress better than about 1032:1; a member declaring more is lying about its size.
 _MAX_DEFLATE_RATIO = 1100
 _INFLATE_CHUNK = 1 << 20
@@ -57,10 +61,14 @@ class TorchArchive:
         self.unknown_globals: list[str] = []
         self.unknown_overflow = 0
         self._max_pickle_bytes = max_pickle_bytes
-        self._storage_cache: dict[str, bytearray] = {}
+        self._storage_cache: collections.OrderedDict[str, bytearray] = collections.OrderedDict()
+        self._storage_cache_bytes = 0
+        self._storages_read: set[str] = set()
+        self._storage_bytes_reread = 0
         self._storage_bytes_read = 0
         self._storage_bytes_inflated = 0
         self._file: Any = None
+        self._map: Any = None
         self._zip: zipfile.ZipFile | None = None
         try:
             self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
@@ -208,33 +216,56 @@ class TorchArchive:
         return member
 
     def storage_bytes(self, storage: Storage) -> bytearray:
-        """The bytes of a storage, little-endian, read once per file."""
+        """The bytes of a storage, little-endian. The most recently read storages stay cached up to
+        ``_STORAGE_CACHE_BYTES`` (a train dump's per-sample tensors are read once each and dropped, so memory stays
+        flat; a storage that many views share stays); reading one again counts against a budget of the file's
+        size a few times over."""
         if self._zip is None:
             raise self._error("the archive is closed; read tensors inside its 'with' block")
         cached = self._storage_cache.get(storage.key)
         if cached is not None:
+            self._storage_cache.move_to_end(storage.key)
             return cached
+        if storage.key in self._storages_read:
+            self._storage_bytes_reread += storage.member.compress_size
+            if self._storage_bytes_reread > _REREAD_RATIO * self.size + (64 << 20):
+                raise self._error("tensor storages are read again and again (views of many storages interleaved?)")
+            self._storage_bytes_read -= storage.member.compress_size  # counted once, below, as distinct bytes
+            self._storage_bytes_inflated -= storage.member.file_size
+        self._storages_read.add(storage.key)
         buffer = self._read_member(storage.member, count_as_storage=True)
         if len(buffer) != storage.member.file_size:
             raise self._error(f"storage {storage.key} does not hold the size its zip entry declares")
         if self.big_endian and storage.kind.itemsize > 1:
             buffer = _swap_bytes(buffer, storage.kind.itemsize)
         self._storage_cache[storage.key] = buffer
+        self._storage_cache_bytes += len(buffer)
+        while self._storage_cache_bytes > _STORAGE_CACHE_BYTES and len(self._storage_cache) > 1:
+            _, dropped = self._storage_cache.popitem(last=False)
+            self._storage_cache_bytes -= len(dropped)
         return buffer
 
-    def unpickle(self, *, lazy_tensors: bool = False, warn: bool = True) -> Any:
+    def unpickle(self, *, lazy_tensors: bool = False, warn: bool = True, skip: frozenset[str] = frozenset()) -> Any:
         """The object ``torch.save`` wrote, rebuilt without running anything the file names.
 
         Unknown globals become placeholders, listed in ``unknown_globals`` and, with
         ``warn``, in one :class:`~rollaudit.RollauditWarning` line for the file.
+        Lists of plain numbers under the dict keys ``skip`` are never built: each
+        is :data:`~rollaudit._loaders.unpickle.SKIPPED`.
         """
         if self._zip is None:
             raise self._error("the archive is closed")
-        data = self._read_member(self.pickle_member, count_as_storage=False)
+        data, release = self._pickle_bytes()
+        try:
+            data, tuples = skim(data, skip, release)
+        except Exception as error:
+            raise self._error(
+                f"cannot unpickle data.pkl ({_short(error)})", expected="a pickle written by torch.save"
+            ) from None
         stream = WholeBuffer(data)
         unpickler = RestrictedUnpickler(stream, self, lazy_tensors)
         try:
-            value = call_with_stack(unpickler.load, check_opcodes(data))
+            value = call_with_stack(unpickler.load, tuples)
         except InputError:
             raise
         except Exception as error:  # the C unpickler raises many types on damaged or hostile input
@@ -251,7 +282,34 @@ class TorchArchive:
             warnings.warn(f"{self.path}: {message}", RollauditWarning, stacklevel=2)
         return value
 
+    def _pickle_bytes(self) -> tuple[Any, Any]:
+        """data.pkl's bytes (stored: torch never compresses it), mapped from the file rather than copied where the
+        platform can, with a function that gives back the pages of what the scan has passed."""
+        try:
+            import mmap
+
+            self._check_member(self.pickle_member)
+            start = self._data_start(self.pickle_member)
+            mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ImportError, OSError, ValueError):
+            return self._read_member(self.pickle_member, count_as_storage=False), None
+        self._map = mapped
+        view = memoryview(mapped)[start : start + self.pickle_member.file_size]
+        if not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+            return view, None
+        page = mmap.PAGESIZE
+
+        def release(position: int) -> None:
+            mapped.madvise(mmap.MADV_DONTNEED, 0, (start + position) // page * page)
+
+        return view, release
+
     def close(self) -> None:
+        if self._map is not None:
+            # A view of it may still be alive (an error's traceback): then it is closed when that goes.
+            with contextlib.suppress(BufferError):
+                self._map.close()
+            self._map = None
         self._storage_cache.clear()
         if self._zip is not None:
             self._zip.close()

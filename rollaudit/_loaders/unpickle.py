@@ -48,6 +48,40 @@ _MODULE_ALIASES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Skipped values: what a skimmed per-token list becomes (:func:`.pickle_scan.skim`).
+
+
+class Skipped:
+    """Per-token values (token ids, log-probs, masks) the reader did not build: the audit never reads them.
+
+    It takes what the pickle may still do to the list it stands for (APPEND, APPENDS: nothing) and refuses what
+    a list refuses (being hashed), so that no pickle unpickles differently for it; a pickle that fetches a cut
+    list from the memo is read whole instead (:func:`.pickle_scan.skim`).
+    """
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment] - a list is unhashable
+
+    def append(self, item: Any) -> None:
+        pass
+
+    def extend(self, items: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "<skipped per-token values>"
+
+    def __reduce__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = Skipped()
+
+
+def _skipped() -> Skipped:
+    return SKIPPED
+
+
 # Placeholders: what every global outside the allow-list becomes.
 
 
@@ -382,6 +416,7 @@ class RestrictedUnpickler(pickle.Unpickler):
             "torch._utils._rebuild_parameter": _rebuild_parameter,
             "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
             "torch._tensor._rebuild_from_type_v2": self._rebuild_from_type_v2,
+            "rollaudit.skipped": _skipped,
             "collections.OrderedDict": _ordered_dict,
             "builtins.set": _make_set,
             "builtins.frozenset": _make_frozenset,
