@@ -20,6 +20,11 @@ from ._version import __version__
 # cost more than the arithmetic on them (3x measured). PyTorch reads this once, at its first
 # allocation, so it only applies when torch is imported after rollaudit; a user's own value wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# OpenMP threads that finish a kernel sleep instead of spinning: with a busy neighbour on a shared core (any CI
+# runner, any laptop), spinning threads made `prompt` on 1M samples 15-20x slower; on a quiet machine it costs
+# nothing measurable (tests/benchmarks/bench_shared_core.py). Read when torch starts, so only when it is imported
+# after rollaudit; a user's own value wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and so does _exports() below
     from ._audit.api import DEFAULT_SCHEMES, audit, recompute

@@ -115,6 +115,11 @@ def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pa.array([], pa.int64())
     if (steps == steps[0]).all():
         return pa.array(np.arange(len(steps), dtype=np.int64))
+    runs = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    if len(np.unique(steps[runs])) == len(runs):  # each step one contiguous run: no sort needed
+        jumps = np.zeros(len(steps), dtype=np.int64)
+        jumps[runs[1:]] = np.diff(runs)  # each run starts where the previous one started plus its length
+        return pa.array(np.arange(len(steps), dtype=np.int64) - np.cumsum(jumps))
     order = np.argsort(steps, kind="stable")
     sorted_steps = steps[order]
     starts = np.flatnonzero(np.r_[True, sorted_steps[1:] != sorted_steps[:-1]])

@@ -100,7 +100,7 @@ def audit(
     2
     """
     from .metric_names import COUNT_METRICS, METRICS
-    from .metrics import compare, histograms, per_prompt, prompt_groups, step_of_groups
+    from .metrics import Segments, histograms, metrics_of, per_prompt, prompt_groups, segment_sums, sign, step_of_groups
 
     started = time.perf_counter()
     table = validate_table(table)
@@ -122,12 +122,15 @@ def audit(
         recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
         values = {**values, RECORDED_ROW: recorded_tensor}
 
-    one_segment = torch.zeros(1, dtype=torch.int64, device=encoded.device).expand(encoded.rows)
+    # One pass per scheme: sums per step; the whole run's are their sums (a plain sum, not a scatter).
+    steps = Segments.of(encoded.step, encoded.steps)
+    reference_sign = sign(reference_values, tol)
     summary_rows, step_rows = {}, []
     for name, tensor in values.items():
-        total = compare(tensor, reference_values, one_segment, 1, encoded.response_length, tol)
+        sums = segment_sums(tensor, reference_values, steps, encoded.response_length, tol, reference_sign)
+        by_step = metrics_of(sums)
+        total = by_step if encoded.steps == 1 else metrics_of(sums.whole())
         summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
-        by_step = compare(tensor, reference_values, encoded.step, encoded.steps, encoded.response_length, tol)
         for position, step in enumerate(encoded.step_values):
             step_rows.append(
                 {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}

@@ -118,6 +118,8 @@ class _Worker:
                 if answer == b"ok\n":
                     with pa.ipc.open_stream(stdout) as reader:
                         return reader.read_all()
+                if answer.startswith(b"file "):
+                    return _mapped_table(answer[5:-1].decode())
             except (OSError, pa.ArrowException):
                 answer = b""
             except BaseException:  # Ctrl-C or a signal mid-read: the child's answer would be out of step
@@ -207,8 +209,45 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         if failure is not None:
             answers.write(json.dumps(failure).encode() + b"\n")
         else:
-            answers.write(b"ok\n")
-            with pa.ipc.new_stream(answers, table.schema) as writer:
-                writer.write_table(table)
+            shared = _shared_file(table)
+            if shared is not None:
+                answers.write(b"file " + shared.encode() + b"\n")
+            else:
+                answers.write(b"ok\n")
+                with pa.ipc.new_stream(answers, table.schema) as writer:
+                    writer.write_table(table)
             del table
         answers.flush()
+
+
+_SHARED_MEMORY = Path("/dev/shm")
+
+
+def _shared_file(table: pa.Table) -> str | None:
+    """The table as an Arrow IPC file in shared memory, which this process's parent maps without a copy; None
+    where there is no room (Docker gives /dev/shm 64 MB): the table then goes down the pipe."""
+    import tempfile
+
+    import pyarrow as pa
+
+    if not _SHARED_MEMORY.is_dir():
+        return None
+    descriptor, name = tempfile.mkstemp(prefix="rollaudit-table-", suffix=".arrow", dir=_SHARED_MEMORY)
+    try:
+        with os.fdopen(descriptor, "wb") as stream, pa.ipc.new_file(stream, table.schema) as writer:
+            writer.write_table(table)
+    except (OSError, pa.ArrowException):
+        os.unlink(name)
+        return None
+    return name
+
+
+def _mapped_table(name: str) -> pa.Table:
+    """The table the child left in shared memory: mapped, then the name removed (the mapping keeps the pages)."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(name) as source:
+            return pa.ipc.open_file(source).read_all()
+    finally:
+        os.unlink(name)

@@ -393,12 +393,16 @@ def split_steps(table: pa.Table) -> list[tuple[int, pa.Table]]:
     steps = table.column(STEP).to_numpy()
     if len(steps) == 0 or (steps == steps[0]).all():
         return [(int(steps[0]) if len(steps) else 0, table)]
+    runs = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
+    if len(np.unique(steps[runs[:-1]])) == len(runs) - 1:
+        # Each step one contiguous run (sorted, or written step after step): zero-copy slices, in step order.
+        parts = [(int(steps[start]), table.slice(start, end - start)) for start, end in itertools.pairwise(runs)]
+        return sorted(parts, key=lambda part: part[0])
     order = np.argsort(steps, kind="stable")
     sorted_steps = steps[order]
+    ordered = table.take(pa.array(order))  # one take for the whole table, then slices of it
     bounds = np.flatnonzero(np.r_[True, sorted_steps[1:] != sorted_steps[:-1], True])
-    return [
-        (int(sorted_steps[start]), table.take(pa.array(order[start:end]))) for start, end in itertools.pairwise(bounds)
-    ]
+    return [(int(sorted_steps[start]), ordered.slice(start, end - start)) for start, end in itertools.pairwise(bounds)]
 
 
 def one_file_per_step(paths: list[Path], reduced: list[pa.Table], dumps: str, expected: str) -> list[pa.Table]:

@@ -199,10 +199,22 @@ def load(
     for name, (paths, parts) in grouped.items():
         tables.extend(FORMATS[name].combine(paths, parts, options))
     found, notes = merge_found(tables)
-    table = concat_tables(tables).sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+    table = _in_step_order(concat_tables(tables))
     # Which formats were read, and what they found, travel with the table: a caller need not open a file again.
     table = table.replace_schema_metadata({FORMATS_METADATA: "+".join(sorted(grouped))})
     return with_found(table, found, notes) if found or notes else table
+
+
+def _in_step_order(table: pa.Table) -> pa.Table:
+    """The table sorted by step, then position; as it is (no copy) when it already is, as loaders give it."""
+    import numpy as np
+
+    steps = table.column(STEP).to_numpy()
+    positions = table.column(POSITION).to_numpy()
+    later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
+    if bool(np.all(later | (same & (positions[1:] > positions[:-1])))):
+        return table
+    return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
 
 
 def loaded_formats(table: pa.Table) -> list[str]:
