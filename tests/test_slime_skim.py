@@ -145,6 +145,18 @@ def test_the_scan_still_reads_what_is_cut(tmp_path: Path):
 READER_FIELDS = slime.PER_TOKEN_FIELDS
 
 
+def test_a_cut_list_memo_index_is_bounded_as_the_walk_bounds_it(tmp_path: Path):
+    """The LONG_BINPUT right after a skimmed list's EMPTY_LIST: an index past its own byte is refused either way
+    (skimming once checked it against the end of the list instead)."""
+    head = b"\x80\x02}X\x06\x00\x00\x00tokens]"
+    index = len(head) + 3  # past the LONG_BINPUT's own byte, before the list ends
+    data = head + b"r" + index.to_bytes(4, "little") + b"(K\x01K\x02K\x03es."
+    path = generate.write_torch_zip(tmp_path / "d.pt", data)
+    for skip in (frozenset(), FIELDS):
+        with pytest.raises(rollaudit.InputError, match="memo index"):
+            _unpickled(path, skip)
+
+
 def _slime_inputs() -> list[Path]:
     """Every bundled and corpus slime dump, alone and as the runs they belong to."""
     files = sorted((ROOT / "sample_dumps").rglob("*.pt")) + sorted(CORPUS.rglob("*.pt"))

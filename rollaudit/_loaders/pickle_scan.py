@@ -231,7 +231,7 @@ class _Scan:
         window = 256
         while start < self.end:
             found = (self.view[start : start + window] == 10).argmax()
-            if self.view[start + found] == 10 and found < window:
+            if self.view[start + found] == 10:
                 return start + int(found)
             start, window = start + window, window * 2
         return -1
@@ -300,7 +300,7 @@ class _Scan:
             return None  # not a whole list of numbers: the walk reads it opcode by opcode
         self.stack.push(1)
         if memo_index is not None:
-            self._memo_put(memo_index, cursor if width else self.end)
+            self._memo_put(memo_index, position + 1 if width else self.end)  # bounded as the walk bounds it
             self.cut_memo.add(memo_index)
         self._cut(position, cursor, SKIPPED_CALL + memo)
         self.lists_cut += 1
