@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -153,7 +154,7 @@ class Output:
                         self._copy_into_stream(source)
                 return
             data = content.encode("utf-8") if isinstance(content, str) else content
-            self._copy_into_stream(_BytesReader(data))
+            self._copy_into_stream(io.BytesIO(data))
         except OSError as error:
             raise UsageError(f"cannot write: {error.strerror or error}", file=str(self.path)) from None
 
@@ -165,17 +166,6 @@ class Output:
             return
         with open(self.target, "wb", buffering=0) as stream:
             shutil.copyfileobj(source, stream)  # type: ignore[arg-type]
-
-
-class _BytesReader:
-    def __init__(self, data: bytes) -> None:
-        self._view, self._position = memoryview(data), 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else min(len(self._view), self._position + size)
-        chunk = bytes(self._view[self._position : end])
-        self._position = end
-        return chunk
 
 
 def _write_to(temporary: Path, content: Content) -> None:

@@ -104,6 +104,15 @@ def _typed_array(values: Any, name: str, kind: pa.DataType) -> pa.Array:
         raise InputError(f"cannot read as {kind}: {first}", field=name, expected=str(kind)) from None
 
 
+def contiguous_runs(steps: Any) -> Any:
+    """The row where each step's run starts, plus the row count at the end, when every step is one contiguous run
+    (sorted, or written step after step); None when some step comes back later."""
+    import numpy as np
+
+    bounds = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
+    return bounds if len(np.unique(steps[bounds[:-1]])) == len(bounds) - 1 else None
+
+
 def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
     """0, 1, 2, ... within each step, in row order (a cumulative count per step)."""
     import numpy as np
@@ -115,8 +124,9 @@ def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pa.array([], pa.int64())
     if (steps == steps[0]).all():
         return pa.array(np.arange(len(steps), dtype=np.int64))
-    runs = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
-    if len(np.unique(steps[runs])) == len(runs):  # each step one contiguous run: no sort needed
+    bounds = contiguous_runs(steps)
+    if bounds is not None:  # no sort needed
+        runs = bounds[:-1]
         jumps = np.zeros(len(steps), dtype=np.int64)
         jumps[runs[1:]] = np.diff(runs)  # each run starts where the previous one started plus its length
         return pa.array(np.arange(len(steps), dtype=np.int64) - np.cumsum(jumps))

@@ -48,8 +48,7 @@ class Segments:
     @classmethod
     def of(cls, codes: torch.Tensor, count: int) -> Segments:
         ordered = codes.numel() == 0 or bool((codes[1:] >= codes[:-1]).all())
-        lengths = torch.bincount(codes, minlength=count) if ordered else None
-        return cls(codes, count, lengths if lengths is None or bool((lengths > 0).all()) else None)
+        return cls(codes, count, torch.bincount(codes, minlength=count) if ordered else None)
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         if self.lengths is None:
@@ -112,11 +111,11 @@ def segment_sums(
     reference: torch.Tensor,
     segments: Segments,
     response_length: torch.Tensor | None,
-    tol: float = 1e-6,
-    reference_sign: torch.Tensor | None = None,
+    tol: float,
+    reference_sign: torch.Tensor,
 ) -> Sums:
-    """The sums of ``scheme`` against ``reference`` per segment: one count of sign pairs, a few float sums; a piece
-    of rows at a time, added up."""
+    """The sums of ``scheme`` against ``reference`` (whose signs are ``reference_sign``) per segment: one count of
+    sign pairs, a few float sums; a piece of rows at a time, added up."""
     rows = scheme.numel()
     known = None if response_length is None else ~torch.isnan(response_length)
     token_lengths = known is not None and bool(known.any())
@@ -133,7 +132,7 @@ def segment_sums(
             Segments(segments.codes[part], segments.count, lengths),
             None if not token_lengths else response_length[part],
             tol,
-            None if reference_sign is None else reference_sign[part],
+            reference_sign[part],
         )
         total = piece if total is None else total.plus(piece)
     assert total is not None
@@ -146,12 +145,12 @@ def _piece_sums(
     segments: Segments,
     response_length: torch.Tensor | None,
     tol: float,
-    reference_sign: torch.Tensor | None,
+    reference_sign: torch.Tensor,
 ) -> Sums:
     defined = ~(torch.isnan(scheme) | torch.isnan(reference))
     s = torch.where(defined, scheme, 0.0)
     r = torch.where(defined, reference, 0.0)
-    sign_r = sign(r, tol) if reference_sign is None else torch.where(defined, reference_sign, 0).to(torch.int8)
+    sign_r = torch.where(defined, reference_sign, 0).to(torch.int8)
     pair = (sign(s, tol) * 3 + sign_r + 4).to(torch.int64)
     pair = torch.where(defined, pair, _CODES - 1)
     counts = torch.bincount(segments.codes * _CODES + pair, minlength=segments.count * _CODES)
@@ -207,19 +206,6 @@ def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
     norm = (floats["scheme_square"] * floats["reference_square"]).sqrt()
     result["advantage_cosine"] = _ratio(floats["cross"], norm).clamp(-1.0, 1.0)
     return {name: result[name].cpu().numpy() for name in METRICS}
-
-
-def compare(
-    scheme: torch.Tensor,
-    reference: torch.Tensor,
-    segments: torch.Tensor,
-    segment_count: int,
-    response_length: torch.Tensor | None,
-    tol: float = 1e-6,
-) -> dict[str, np.ndarray]:
-    """Every metric of ``scheme`` against ``reference``, one value per segment (NaN = undefined)."""
-    layout = Segments.of(segments.contiguous(), segment_count)
-    return metrics_of(segment_sums(scheme, reference, layout, response_length, tol))
 
 
 @dataclass(frozen=True)
@@ -324,6 +310,6 @@ def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
 
 
 __all__ = [
-    "METRICS", "Segments", "Sums", "compare", "densify", "histograms", "metrics_of", "per_prompt", "prompt_groups",
+    "METRICS", "Segments", "Sums", "densify", "histograms", "metrics_of", "per_prompt", "prompt_groups",
     "segment_sums", "sign",
 ]  # fmt: skip

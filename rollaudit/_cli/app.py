@@ -87,6 +87,12 @@ def _signals_stop_the_command() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def _interrupted() -> int:
+    """Ctrl-C: one line, and the shell's code for SIGINT (nothing was written half-way: outputs are atomic)."""
+    typer.echo("error: interrupted", err=True)
+    return INTERRUPTED
+
+
 def _error(line: str, code: int) -> int:
     """``error: <line>`` on stderr; a usage or input error also annotates a GitHub Actions run."""
     typer.echo(f"error: {line}", err=True)
@@ -140,9 +146,7 @@ class RollauditGroup(TyperGroup):
             typer.echo(f"error: {signal.Signals(error.signum).name.removeprefix('SIG').lower()}: stopped", err=True)
             return 128 + error.signum
         except KeyboardInterrupt:
-            # Ctrl-C: one line, and the shell's code for SIGINT (nothing was written half-way: outputs are atomic).
-            typer.echo("error: interrupted", err=True)
-            return INTERRUPTED
+            return _interrupted()
         except _NO_ARGS_IS_HELP as error:
             # ``rollaudit`` alone asks for help: not a mistake. The message is the help text (rich help,
             # were it switched on, would have printed itself already and left the message empty).
@@ -163,12 +167,11 @@ class RollauditGroup(TyperGroup):
             return _error(_one_line(error.format_message()), error.exit_code)
         except typer.Abort as error:
             if isinstance(error.__cause__, KeyboardInterrupt):  # click's own Ctrl-C handling
-                typer.echo("error: interrupted", err=True)
-                return INTERRUPTED
+                return _interrupted()
             typer.echo("error: aborted", err=True)
             return 1
         if result == INTERRUPTED:  # typer turns Ctrl-C in a command into a quiet exit 130
-            typer.echo("error: interrupted", err=True)
+            return _interrupted()
         return result if isinstance(result, int) else 0
 
 

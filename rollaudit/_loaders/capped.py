@@ -63,9 +63,7 @@ def read_arrow(path: Path, kind: str, columns: list[str]) -> pa.Table:
     """The named columns of a Parquet or Arrow file (the others are never read), read under the memory bound."""
     from . import tables
 
-    table = read_table(path, kind, columns)
-    tables.check_rows(table.num_rows, path)
-    return tables.check_values(table, path)
+    return tables.check_values(read_table(path, kind, columns), path)  # its rows were checked where it was read
 
 
 def read_table(path: Path, kind: str, columns: list[str] | None) -> pa.Table:

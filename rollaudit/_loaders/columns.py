@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import CANONICAL_COLUMNS, POSITION, PROMPT, STEP, concat_tables
+from .._table import CANONICAL_COLUMNS, POSITION, PROMPT, STEP, concat_tables, contiguous_runs
 
 # Per-token values stored as float32 copies of one float64 scalar agree to about 1e-7.
 TOKEN_TOLERANCE = 1e-5
@@ -393,9 +393,9 @@ def split_steps(table: pa.Table) -> list[tuple[int, pa.Table]]:
     steps = table.column(STEP).to_numpy()
     if len(steps) == 0 or (steps == steps[0]).all():
         return [(int(steps[0]) if len(steps) else 0, table)]
-    runs = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
-    if len(np.unique(steps[runs[:-1]])) == len(runs) - 1:
-        # Each step one contiguous run (sorted, or written step after step): zero-copy slices, in step order.
+    runs = contiguous_runs(steps)
+    if runs is not None:
+        # Each step one contiguous run: zero-copy slices, in step order.
         parts = [(int(steps[start]), table.slice(start, end - start)) for start, end in itertools.pairwise(runs)]
         return sorted(parts, key=lambda part: part[0])
     order = np.argsort(steps, kind="stable")

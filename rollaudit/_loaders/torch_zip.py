@@ -226,14 +226,13 @@ class TorchArchive:
         if cached is not None:
             self._storage_cache.move_to_end(storage.key)
             return cached
-        if storage.key in self._storages_read:
+        reread = storage.key in self._storages_read
+        if reread:  # its bytes already count as distinct storage bytes; reading them again has its own budget
             self._storage_bytes_reread += storage.member.compress_size
             if self._storage_bytes_reread > _REREAD_RATIO * self.size + (64 << 20):
                 raise self._error("tensor storages are read again and again (views of many storages interleaved?)")
-            self._storage_bytes_read -= storage.member.compress_size  # counted once, below, as distinct bytes
-            self._storage_bytes_inflated -= storage.member.file_size
         self._storages_read.add(storage.key)
-        buffer = self._read_member(storage.member, count_as_storage=True)
+        buffer = self._read_member(storage.member, count_as_storage=not reread)
         if len(buffer) != storage.member.file_size:
             raise self._error(f"storage {storage.key} does not hold the size its zip entry declares")
         if self.big_endian and storage.kind.itemsize > 1:

@@ -28,6 +28,7 @@ reads two, and torch is imported only when a torch tensor is asked for.
 
 from __future__ import annotations
 
+import math
 import pickle
 import zipfile
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -202,9 +203,7 @@ def _check_view(storage: Storage, offset: Any, size: Any, stride: Any) -> tuple[
         raise Malformed("tensor size and stride differ in length")
     if offset > storage.numel:
         raise Malformed(f"tensor offset {offset} is past its storage of {storage.numel} elements")
-    described = 1
-    for extent in size:
-        described *= extent
+    described = math.prod(size)
     if described > storage.numel:
         # A stride-0 (expanded) view: a few bytes describing billions of elements that any copy would allocate.
         raise Malformed(f"tensor describes {described} elements, more than the {storage.numel} of its storage")
@@ -248,10 +247,7 @@ class StoredTensor:
 
     @property
     def numel(self) -> int:
-        count = 1
-        for extent in self.shape:
-            count *= extent
-        return count
+        return math.prod(self.shape)
 
     def numpy(self) -> Any:
         """A read-only numpy view of the tensor (no torch import); bfloat16 has no numpy dtype."""
