@@ -7,14 +7,16 @@ import math
 import subprocess
 import sys
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rollaudit
+import rollaudit._audit.tally
 from rollaudit import InputError
-from tests.oracle import oracle_advantages, oracle_metrics
+from tests.oracle import oracle_advantages, oracle_metrics, oracle_sign
 from tests.test_kernel import batches, table_of
 
 METRIC_SCHEMES = ["batch", "trajectory", "slime-legacy(n=2)", "dr-grpo", "nemo-loo"]
@@ -39,6 +41,79 @@ def test_metrics_match_oracle(rows, lengths):
                 assert math.isnan(got[metric]), (scheme, metric, got[metric])
             else:
                 assert got[metric] == pytest.approx(value, abs=1e-9), (scheme, metric)
+
+
+def _oracle_per_step_and_prompt(rows, schemes, reference_name="prompt"):
+    """Per step: the oracle's metrics of every scheme; per (step, prompt): size, trajectories, mean reward and
+    each scheme's mean advantage, flips and spurious advantages, one sample at a time."""
+    values = {name: oracle_advantages([dict(row) for row in rows], rollaudit.get_scheme(name)) for name in schemes}
+    reference = values[reference_name]
+    per_step, per_prompt = {}, {}
+    for step in sorted({row["step"] for row in rows}):
+        indices = [index for index, row in enumerate(rows) if row["step"] == step]
+        lengths = [rows[index]["response_length"] for index in indices]
+        for name, scheme_values in values.items():
+            per_step[(step, name)] = oracle_metrics(
+                [scheme_values[i] for i in indices], [reference[i] for i in indices], lengths
+            )
+        for prompt in {rows[index]["prompt"] for index in indices}:
+            members = [index for index in indices if rows[index]["prompt"] == prompt]
+            finite = [rows[i]["reward"] for i in members if math.isfinite(rows[i]["reward"])]
+            keys = [rows[i]["trajectory"] for i in members]
+            entry = {
+                "samples": len(members),
+                "trajectories": len({key for key in keys if key is not None}) + keys.count(None),
+                "mean_reward": math.fsum(finite) / len(finite) if finite else None,
+            }
+            for name, scheme_values in values.items():
+                pairs = [(scheme_values[i], reference[i]) for i in members]
+                pairs = [(a, b) for a, b in pairs if not (math.isnan(a) or math.isnan(b))]
+                entry[f"mean_advantage:{name}"] = math.fsum(a for a, _ in pairs) / len(pairs) if pairs else None
+                if name != reference_name:
+                    signs = [(oracle_sign(a), oracle_sign(b)) for a, b in pairs]
+                    entry[f"flips:{name}"] = sum(a != b for a, b in signs) if pairs else None
+                    entry[f"spurious:{name}"] = sum(a != 0 and b == 0 for a, b in signs) if pairs else None
+            per_prompt[(step, prompt)] = entry
+    return per_step, per_prompt
+
+
+def _assert_value(got, expected, where):
+    if expected is None:
+        assert got is pd.NA or math.isnan(got), (where, got)
+    else:
+        assert got == pytest.approx(expected, abs=1e-9), (where, got, expected)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.booleans().flatmap(lambda repeat: batches(allow_missing_trajectory=False, repeat_prompts=repeat)),
+    piece=st.sampled_from([1, 2, 5, 1 << 20]),
+    most_spans=st.sampled_from([0, 8]),
+    in_step_order=st.booleans(),
+)
+def test_per_step_and_per_prompt_match_oracle(rows, piece, most_spans, in_step_order):
+    """Every step's metrics and every prompt's row, with prompt and trajectory keys repeating from step to step
+    or not, rows in step order or shuffled, and the metric pass cut into pieces of 1, 2, 5 rows or whole, each
+    reduced step by step or in one segment reduction."""
+    if in_step_order:
+        rows = sorted(rows, key=lambda row: (row["step"], row["position"]))
+    schemes = ["batch", "prompt", "trajectory"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rollaudit._audit.tally, "PIECE", piece)
+        patch.setattr(rollaudit._audit.tally, "_MOST_SPANS", most_spans)
+        report = rollaudit.audit(table_of(rows), schemes=schemes, reference="prompt", device="cpu")
+    per_step, per_prompt = _oracle_per_step_and_prompt(rows, schemes)
+    assert len(report.per_step) == len(per_step)
+    for (step, name), expected in per_step.items():
+        for metric, value in expected.items():
+            _assert_value(report.per_step.loc[(step, name), metric], value, (step, name, metric))
+    table = report.per_prompt.set_index(["step", "prompt"])
+    assert len(table) == len(per_prompt) and table.index.is_unique
+    for key, expected in per_prompt.items():
+        for column, value in expected.items():
+            _assert_value(table.loc[key, column], value, (key, column))
+    sizes = sorted(entry["samples"] for entry in per_prompt.values())
+    assert report.histograms["samples_per_prompt"] == {size: sizes.count(size) for size in sorted(set(sizes))}
 
 
 def seed_like_table():

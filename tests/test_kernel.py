@@ -75,11 +75,13 @@ ODD_REWARDS = st.sampled_from([math.nan, math.inf, -math.inf])
 
 
 @st.composite
-def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_keys=None):
+def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_keys=None, repeat_prompts=False):
     """Rows of 1-3 steps, uneven prompt groups, trajectories of 1+ samples, rows shuffled across steps.
 
     Trajectory keys are strings nested in their prompt, integers nested in their prompt with gaps
     between them (empty codes), or integers shared by every prompt (not nested: units are pairs).
+    ``repeat_prompts``: every step uses the same prompt keys again (a dataset's epochs), and so its
+    trajectory keys.
     """
     rows = []
     prompt_counter = 0
@@ -89,6 +91,8 @@ def batches(draw, allow_nonfinite=True, allow_missing_trajectory=True, string_ke
     sibling_rewards: dict | None = {} if draw(st.booleans()) else None
     for step in draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)):
         step_rows = []
+        if repeat_prompts:
+            prompt_counter = 0
         for _ in range(draw(st.integers(1, 5))):
             prompt = f"p{prompt_counter}" if use_strings else prompt_counter
             prompt_counter += 1

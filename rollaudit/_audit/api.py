@@ -100,7 +100,8 @@ def audit(
     2
     """
     from .metric_names import COUNT_METRICS, METRICS
-    from .metrics import Segments, histograms, metrics_of, per_prompt, prompt_groups, segment_sums, sign, step_of_groups
+    from .metrics import Sums, histograms, metrics_of, per_prompt, prompt_groups, step_of_groups
+    from .tally import Layout, Reference, tallies
 
     started = time.perf_counter()
     table = validate_table(table)
@@ -109,7 +110,6 @@ def audit(
     reference_name = str(reference_scheme)
     resolved.setdefault(reference_name, reference_scheme)
     encoded, values = _advantages(table, resolved, device)
-    reference_values = values[reference_name]
 
     import torch
 
@@ -122,12 +122,20 @@ def audit(
         recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
         values = {**values, RECORDED_ROW: recorded_tensor}
 
-    # One pass per scheme: sums per step; the whole run's are their sums (a plain sum, not a scatter).
-    steps = Segments.of(encoded.step, encoded.steps)
-    reference_sign = sign(reference_values, tol)
+    n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
+    info = _info(table, encoded)
+    try:
+        groups = prompt_groups(encoded, n_for_groups)
+    except SchemeError as error:
+        info["per_prompt_unavailable"] = error.line()
+        groups = None
+    # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from it.
+    layout = Layout.of(encoded, None if groups is None else groups.group, 0 if groups is None else groups.count)
+    reference_values = Reference.of(values[reference_name], tol)
+    scheme_tallies = tallies(values, reference_values, layout, tol)
     summary_rows, step_rows = {}, []
-    for name, tensor in values.items():
-        sums = segment_sums(tensor, reference_values, steps, encoded.response_length, tol, reference_sign)
+    for name, scheme in scheme_tallies.items():
+        sums = Sums.per_step(scheme)
         by_step = metrics_of(sums)
         total = by_step if encoded.steps == 1 else metrics_of(sums.whole())
         summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
@@ -142,23 +150,19 @@ def audit(
     summary[counts] = summary[counts].astype("int64")
     per_step[counts] = per_step[counts].astype("int64")
 
-    n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
-    info = _info(table, encoded)
-    try:
-        groups = prompt_groups(encoded, n_for_groups)
-    except SchemeError as error:
-        info["per_prompt_unavailable"] = error.line()
+    if groups is None:
         group_histograms: dict[str, dict[int, int]] = {}
         prompts = pd.DataFrame()
     else:
         group_histograms = histograms(groups)
-        columns = per_prompt(encoded, groups, values, reference_name, tol)
-        first_rows = groups.first_row.cpu().numpy()
-        keys = table.column(PROMPT).take(pa.array(first_rows)).to_pylist()
+        columns = per_prompt(encoded, groups, scheme_tallies, reference_name)
+        keys = table.column(PROMPT).take(pa.array(groups.first_row.cpu().numpy()))
+        # Keys as numpy where none is null (no Python object per prompt); a keyless group's key is None.
+        keys = keys.to_numpy() if keys.null_count == 0 else keys.to_pylist()
         prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns})
         whole = [name for name in prompts.columns if name.split(":")[0] in ("flips", "spurious")]
         prompts[whole] = prompts[whole].astype("Int64")  # counts; NA where nothing was compared
-        info["prompts"] = groups.count
+        info["prompts"] = len(prompts)
         info["trajectories"] = int(groups.trajectories.sum())
     step_groups = _step_groups(prompts)
     from .kernel import scheme_notes

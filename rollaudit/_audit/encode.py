@@ -42,6 +42,32 @@ def pieces(rows: int, dtype: torch.dtype, device: torch.device) -> Iterator[tupl
         yield slice(start, stop), buffer[: stop - start]
 
 
+_NUMPY_TYPES = {
+    torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
+    torch.int8: np.int8, torch.bool: np.bool_,
+}  # fmt: skip
+
+
+def fresh(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised tensor of ``rows`` elements, for an ``out=`` or a fill.
+
+    On the CPU its memory comes from numpy, whose allocator puts large blocks
+    on transparent huge pages whatever the order of imports; PyTorch's does
+    so only when ``THP_MEM_ALLOC_ENABLE`` was set before torch was imported
+    (``import rollaudit`` sets it, if it comes first). On 4 KB pages the
+    first touch of a fresh 40 MB tensor costs 2-3x more, and on a 5M-row
+    table most passes write fresh tensors.
+    """
+    if device.type != "cpu" or dtype not in _NUMPY_TYPES:
+        return torch.empty(rows, dtype=dtype, device=device)
+    return torch.from_numpy(np.empty(rows, dtype=_NUMPY_TYPES[dtype]))
+
+
+def gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` into a :func:`fresh` tensor."""
+    return torch.index_select(values, 0, index, out=fresh(index.numel(), values.dtype, values.device))
+
+
 def choose_device(device: str | torch.device = "auto") -> torch.device:
     """``auto`` is CUDA when available, else the CPU; chosen once per call."""
     if isinstance(device, torch.device):
@@ -55,18 +81,20 @@ def choose_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device(device)
 
 
-def compact_codes(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+def compact_codes(keys: torch.Tensor, owned: bool = False) -> tuple[torch.Tensor, int]:
     """Codes in ``[0, K)`` for int64 keys, equal keys equal codes, and K; codes may leave gaps.
 
-    A small key range is used as it is (shifted to 0): no hashing, no gather,
-    and an empty code costs one unused bin. A wide range is densified.
+    A small key range is used as it is (shifted to 0, in place when the caller ``owned`` ``keys``): no hashing,
+    no gather, and an empty code costs one unused bin. A wide range is densified.
     """
     if keys.numel() == 0:
         return keys.clone(), 0
     low, high = (int(bound) for bound in torch.aminmax(keys))
     span = high - low + 1
     if span <= 4 * keys.numel() + 1024:
-        return (keys if low == 0 else keys - low), span
+        if low == 0:
+            return keys, span
+        return (keys.sub_(low) if owned else keys - low), span
     return densify(keys)
 
 
@@ -191,14 +219,23 @@ class Encoded:
         return bool(torch.isfinite(self.reward.sum())) or bool(self.finite.all())
 
     @cached_property
-    def _steps(self) -> tuple[torch.Tensor | None, np.ndarray]:
+    def _steps(self) -> tuple[torch.Tensor | None, np.ndarray, torch.Tensor | None]:
+        """(dense step code of each row or None for one step, the step values ascending, each step's row count
+        when every step is one run in ascending order (a loaded table is) or None)."""
         column = self.table.column(STEP)
         bounds = pc.min_max(column)
         if bounds["min"].as_py() == bounds["max"].as_py():
-            return None, np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
+            values = np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
+            return None, values, torch.tensor([self.rows], device=self.device) if len(column) else None
         values = _numpy(column, np.int64)
+        if bool((values[1:] >= values[:-1]).all()):
+            # Sorted steps are runs: their codes are counted off the run lengths, with no hash or sort.
+            starts = np.flatnonzero(values[1:] != values[:-1]) + 1
+            lengths = np.diff(np.r_[0, starts, len(values)])
+            codes = torch.from_numpy(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
+            return self._to_device(codes), values[np.r_[0, starts]], self._to_device(torch.from_numpy(lengths))
         codes, _ = densify(_tensor(values))
-        return self._to_device(codes), np.unique(values)
+        return self._to_device(codes), np.unique(values), None
 
     @property
     def step_values(self) -> np.ndarray:
@@ -212,6 +249,11 @@ class Encoded:
     @property
     def single_step(self) -> bool:
         return self._steps[0] is None
+
+    @property
+    def step_runs(self) -> torch.Tensor | None:
+        """Each step's row count when the rows are sorted by step (every step one run), else None."""
+        return self._steps[2]
 
     @cached_property
     def step(self) -> torch.Tensor:
@@ -268,6 +310,8 @@ class Encoded:
 
     @cached_property
     def step_sizes(self) -> torch.Tensor:
+        if self.step_runs is not None:
+            return self.step_runs
         if self.single_step:
             return torch.tensor([self.rows], device=self.device)
         return torch.bincount(self.step, minlength=self.steps)
@@ -281,7 +325,7 @@ class Encoded:
         if one_run and bool((position[1:] > position[:-1]).all()):
             # Strictly ascending from 0 to rows - 1: the positions are the ranks (no arange to build).
             return position, None
-        rows = torch.arange(self.rows, device=self.device)
+        rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
         ascending = position[1:] >= position[:-1]
         if not self.single_step:
             step = self.step

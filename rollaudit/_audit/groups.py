@@ -16,17 +16,20 @@ import torch
 
 from .._errors import SchemeError
 from .._table import PROMPT
-from .encode import F64, Encoded, compact_codes, pieces
+from .encode import F64, Encoded, compact_codes, fresh, gather, pieces
 from .schemes import Scheme
 
 
 def _pair_codes(major: torch.Tensor, minor: torch.Tensor, single_major: bool = False) -> tuple[torch.Tensor, int]:
-    """Compact codes of (major, minor) pairs of non-negative codes; ``single_major``: major is constant."""
+    """Compact codes of (major, minor) pairs of non-negative codes, major-first order; ``single_major``: major
+    is constant."""
     if minor.numel() == 0:
         return minor.clone(), 0
     if single_major:
         return compact_codes(minor)
-    return compact_codes(major * (int(minor.max()) + 1) + minor)
+    # One fused pass, into a tensor of this call's own (shifted in place).
+    pairs = torch.add(minor, major, alpha=int(minor.max()) + 1, out=fresh(minor.numel(), torch.int64, minor.device))
+    return compact_codes(pairs, owned=True)
 
 
 def _step_pairs(enc: Encoded, minor: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -147,7 +150,7 @@ class Units:
         # Every row writes its group to its unit; an empty code keeps the extra group. Which of a unit's
         # writes lands is unspecified, so units are only used where their rows share a group (pair codes,
         # or trajectory codes checked against the groups).
-        self.group = torch.full((count,), group_count, device=enc.device).scatter_(0, of_row, groups)
+        self.group = fresh(count, torch.int64, enc.device).fill_(group_count).scatter_(0, of_row, groups)
 
     @cached_property
     def first_row(self) -> torch.Tensor:
@@ -167,13 +170,13 @@ NO_RANK = torch.iinfo(torch.int64).max
 
 def first_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
     """The smallest of ``ranks`` (default: batch ranks) among each unit's rows; ``NO_RANK`` where none."""
-    first = torch.full((count,), NO_RANK, device=enc.device)
+    first = fresh(count, torch.int64, enc.device).fill_(NO_RANK)
     return first.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amin")
 
 
 def last_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
     """The largest of ``ranks`` (default: batch ranks) among each unit's rows; -1 where none."""
-    last = torch.full((count,), -1, device=enc.device)
+    last = fresh(count, torch.int64, enc.device).fill_(-1)
     return last.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amax")
 
 
@@ -184,6 +187,14 @@ def _all_equal_gathered(source: torch.Tensor, index: torch.Tensor, expected: tor
         if not torch.equal(gathered, expected[rows]):
             return False
     return True
+
+
+def _nested_units(
+    enc: Encoded, trajectory: torch.Tensor, count: int, groups: torch.Tensor, group_count: int
+) -> Units | None:
+    """Trajectory codes as units when each trajectory's rows all sit in one group, else None."""
+    nested = Units(enc, trajectory, count, groups, group_count)
+    return nested if _all_equal_gathered(nested.group, trajectory, groups) else None
 
 
 def trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Units | None:
@@ -197,11 +208,13 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Un
     if enc.trajectory_count:
         trajectory, key_count = enc.trajectory, enc.trajectory_count
         if enc.every_trajectory_keyed:
-            # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing.
-            # Nested if every row's group is the group its trajectory's unit took.
-            nested = Units(enc, trajectory, key_count, groups, group_count)
-            if _all_equal_gathered(nested.group, trajectory, groups):
-                units = nested
+            # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing. Keys that
+            # repeat from step to step (a dataset's epochs) are nested once paired with their step, which is a
+            # cheap pair (steps times keys codes), where pairing with the groups would need a hash.
+            units = _nested_units(enc, trajectory, key_count, groups, group_count)
+            if units is None and not enc.single_step:
+                trajectory, key_count = _step_pairs(enc, trajectory)
+                units = _nested_units(enc, trajectory, key_count, groups, group_count)
             trajectory_key = trajectory
         else:
             # A row without a trajectory key is a trajectory of its own.
@@ -274,7 +287,7 @@ class Segments:
         """Each row's segment value."""
         if self.codes is None:
             return per_segment.expand(self.rows)
-        return per_segment.index_select(0, self.codes)
+        return gather(per_segment, self.codes)
 
 
 def segments_of(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:

@@ -23,7 +23,7 @@ import torch
 
 from .._errors import SchemeError
 from .._table import PROMPT, STEP, TRAJECTORY
-from .encode import F64, Encoded
+from .encode import F64, Encoded, gather
 from .groups import (
     NO_RANK,
     Segments,
@@ -62,7 +62,7 @@ def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.
     choice = scheme.representative
     if enc.all_finite:
         if choice in ("first", "last"):
-            return enc.reward.index_select(0, units.first_row if choice == "first" else units.last_row), None
+            return gather(enc.reward, units.first_row if choice == "first" else units.last_row), None
         if choice == "mean":
             return torch.bincount(units.of_row, weights=enc.reward, minlength=count).div_(
                 torch.bincount(units.of_row, minlength=count).clamp_(min=1)
@@ -279,7 +279,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     if has_singletons:
         unit_advantage = torch.where(groups.spread(singleton), _singleton_values(scheme, value), unit_advantage)
     # Without units, the advantage is this call's own tensor (never the input): patched in place below.
-    result = unit_advantage if unit_of_row is None else unit_advantage.index_select(0, unit_of_row)
+    result = unit_advantage if unit_of_row is None else gather(unit_advantage, unit_of_row)
     if result is enc.reward:
         result = result.clone()
     ungrouped = ungrouped_rows(enc, scheme)

@@ -58,11 +58,16 @@ def tables_part(samples: int, repeat: int) -> dict[str, float]:
     import rollaudit
 
     table = step_table(samples, 10)
-    one_step = table.set_column(table.column_names.index("step"), "step", pa.array(np.zeros(table.num_rows, np.int64)))
+    # The same samples as one step: every (step, prompt) and (step, trajectory) of the run a key of its own.
+    steps = table.column("step").to_numpy()
+    one_step = table
+    for name in ("prompt", "trajectory"):
+        keys = table.column(name).to_numpy()
+        one_step = one_step.set_column(
+            one_step.column_names.index(name), name, pa.array(keys + steps * (int(keys.max()) + 1))
+        )
     one_step = one_step.set_column(
-        one_step.column_names.index("prompt"),
-        "prompt",
-        pa.array(table.column("prompt").to_numpy() + table.column("step").to_numpy() * 10**9),
+        one_step.column_names.index("step"), "step", pa.array(np.zeros(len(steps), np.int64))
     )
     one_step = one_step.set_column(
         one_step.column_names.index("position"), "position", pa.array(np.arange(table.num_rows, dtype=np.int64))

@@ -1,0 +1,292 @@
+"""The metric pass: one sweep over a scheme's advantages that counts and sums what every metric needs.
+
+Per sample, a code for its pair of signs (the scheme's and the reference's,
+or undefined where either is NaN) is counted per prompt group; the counts per
+step and per run are sums of those. Per step, a few float sums (absolute
+differences, their largest, the products of the cosine). The sweep goes a
+piece of rows at a time through buffers made once, so that no step of it
+writes fresh memory (on the CPU a fresh 8 MB temporary costs ten times the
+arithmetic on it), and a piece inside one step reduces with plain sums.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .encode import F64, Encoded, fresh
+
+# Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
+CODES = 10
+UNDEFINED = CODES - 1
+_PAIRS = [(scheme, reference) for scheme in (-1, 0, 1) for reference in (-1, 0, 1)]
+
+
+def _codes_where(condition: Callable[[int, int], bool]) -> list[int]:
+    return [code for code, (scheme, reference) in enumerate(_PAIRS) if condition(scheme, reference)]
+
+
+COMPARED = list(range(UNDEFINED))
+FLIPPED = _codes_where(lambda scheme, reference: scheme != reference)
+STRICT = _codes_where(lambda scheme, reference: scheme * reference == -1)
+NONZERO = _codes_where(lambda scheme, reference: scheme != 0)
+NONZERO_REFERENCE = _codes_where(lambda scheme, reference: reference != 0)
+SPURIOUS = _codes_where(lambda scheme, reference: scheme != 0 and reference == 0)
+LOST = _codes_where(lambda scheme, reference: reference != 0 and scheme == 0)
+# Per group, the categories a prompt's row shows, as sums of pair codes: one matrix product of the counts.
+_CATEGORIES = torch.tensor(
+    [[code in chosen for chosen in (COMPARED, FLIPPED, SPURIOUS, NONZERO_REFERENCE)] for code in range(CODES)],
+    dtype=torch.float64,
+)
+FLOATS = ("abs_diff", "cross", "scheme_square", "reference_square", "token_flips", "token_compared")
+
+# Rows per piece on the CPU: its buffers (8 MB of float64) stay warm from piece to piece.
+PIECE = 1 << 20
+# A piece over more steps than this reduces them with one segment reduction rather than one sum each.
+_MOST_SPANS = 8
+
+
+def sign(values: torch.Tensor, tol: float) -> torch.Tensor:
+    """-1, 0 or +1 with a zero band: ``|x| <= tol`` is 0 (NaN is 0)."""
+    return (values > tol).to(torch.int8) - (values < -tol).to(torch.int8)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows of one piece: where each of its steps lies in it (``spans``, when steps are runs and the piece holds
+    few), or each step's row count (``lengths``, when it holds many), or neither (steps not in runs: scatter)."""
+
+    rows: slice
+    spans: list[tuple[int, slice]] | None
+    lengths: torch.Tensor | None
+
+
+@dataclass
+class Layout:
+    """Where each sample is counted, and how much: its group (a prompt group, or its step where the table has
+    none), its step, its token weight; with the buffers every scheme's pass reuses."""
+
+    group: torch.Tensor
+    group_count: int
+    group_step: torch.Tensor  # per group code: its step code
+    step: torch.Tensor
+    steps: int
+    step_runs: np.ndarray | None  # each step's row count when the rows are sorted by step
+    groups_per_step: torch.Tensor | None  # group codes per step, when codes are in step order (pair codes are)
+    weight: torch.Tensor | None  # per row: its response length, 1 where unknown; None without lengths
+    known_length: torch.Tensor | None  # per row: its response length, 0 where unknown
+    token_lengths: bool  # whether any response length is known
+    _buffers: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, enc: Encoded, group: torch.Tensor | None, group_count: int) -> Layout:
+        runs = None if enc.step_runs is None else enc.step_runs.cpu().numpy()
+        lengths = enc.response_length
+        weight = known_length = None
+        if lengths is not None:
+            known = ~torch.isnan(lengths)
+            weight, known_length = torch.where(known, lengths, 1.0), torch.where(known, lengths, 0.0)
+        tokens = weight, known_length, lengths is not None and bool(known.any())
+        if group is None:
+            group_step = torch.arange(enc.steps, device=enc.device)
+            return cls(enc.step, enc.steps, group_step, enc.step, enc.steps, runs, None, *tokens)
+        group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
+        if not enc.single_step:
+            # A code without rows takes the step of the code before it, so that step-major codes stay in order.
+            group_step.scatter_(0, group, enc.step)
+            group_step = torch.cummax(group_step, 0).values
+        in_order = bool((group_step[1:] >= group_step[:-1]).all())
+        per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
+        return cls(group, group_count, group_step, enc.step, enc.steps, runs, per_step, *tokens)
+
+    def buffer(self, name: str, rows: int, dtype: torch.dtype) -> torch.Tensor:
+        """A buffer of at least ``rows`` elements, made once per layout, name and thread (passes run side by side)."""
+        key = (threading.get_ident(), name)
+        held = self._buffers.get(key)
+        if held is None or held.numel() < rows:
+            held = self._buffers[key] = fresh(rows, dtype, self.group.device)
+        return held[:rows]
+
+    def pieces(self, rows: int) -> Iterator[Piece]:
+        """Slices of rows (``PIECE`` at a time on the CPU, all at once on a GPU) with where their steps lie."""
+        size = max(min(PIECE, rows) if self.group.device.type == "cpu" else rows, 1)
+        runs = self.step_runs
+        ends = None if runs is None else np.cumsum(runs)
+        for start in range(0, rows, size):
+            stop = min(start + size, rows)
+            if ends is None:
+                yield Piece(slice(start, stop), None, None)
+                continue
+            lengths = np.clip(ends, start, stop) - np.clip(ends - runs, start, stop)
+            steps = np.flatnonzero(lengths)
+            if len(steps) > _MOST_SPANS:
+                yield Piece(slice(start, stop), None, torch.from_numpy(lengths).to(self.group.device))
+                continue
+            local = np.clip(ends - runs, start, stop) - start
+            spans = [(int(step), slice(int(local[step]), int(local[step] + lengths[step]))) for step in steps]
+            yield Piece(slice(start, stop), spans, None)
+
+    def add_sums(self, into: torch.Tensor, values: torch.Tensor, piece: Piece) -> None:
+        """Add a piece's float64 values to their steps' totals."""
+        if piece.spans is not None:
+            for step, span in piece.spans:
+                into[step] += values[span].sum()
+        elif piece.lengths is not None:
+            into += torch.segment_reduce(values, "sum", lengths=piece.lengths)
+        else:
+            into.scatter_add_(0, self.step[piece.rows], values)
+
+    def raise_maxima(self, into: torch.Tensor, values: torch.Tensor, piece: Piece) -> None:
+        """Raise their steps' maxima to a piece's non-negative values."""
+        if piece.spans is not None:
+            for step, span in piece.spans:
+                into[step] = torch.maximum(into[step], values[span].max())
+        elif piece.lengths is not None:
+            torch.maximum(into, torch.segment_reduce(values, "max", lengths=piece.lengths, initial=0.0), out=into)
+        else:
+            into.scatter_reduce_(0, self.step[piece.rows], values, "amax")
+
+    def per_step(self, per_group: torch.Tensor) -> torch.Tensor:
+        """Per-group rows (float64) summed per step."""
+        if self.groups_per_step is None:
+            total = torch.zeros(self.steps, *per_group.shape[1:], dtype=per_group.dtype, device=per_group.device)
+            return total.index_add_(0, self.group_step, per_group)
+        return torch.segment_reduce(per_group, "sum", lengths=self.groups_per_step, axis=0)
+
+    def step_totals(self, values: torch.Tensor) -> torch.Tensor:
+        """Float64 sum of a row tensor per step."""
+        total = torch.zeros(self.steps, dtype=F64, device=values.device)
+        for piece in self.pieces(values.numel()):
+            self.add_sums(total, values[piece.rows], piece)
+        return total
+
+
+@dataclass
+class Reference:
+    """The reference's advantages with what every scheme's pass reads of them, made once."""
+
+    values: torch.Tensor
+    sign: torch.Tensor  # int8 per row
+    code: torch.Tensor  # int8 per row: its sign + 4, the reference's share of the pair code
+    any_nan: bool
+    _squares: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, values: torch.Tensor, tol: float) -> Reference:
+        signs = sign(values, tol)
+        return cls(values, signs, signs + 4, bool(torch.isnan(values).any()))
+
+    def squares(self, layout: Layout) -> torch.Tensor:
+        """Token-weighted sum of the squared values per step (every sample compared), made once."""
+        if self._squares is None:
+            total = torch.zeros(layout.steps, dtype=F64, device=self.values.device)
+            for piece in layout.pieces(self.values.numel()):
+                values = self.values[piece.rows]
+                squares = torch.mul(values, values, out=layout.buffer("product", values.numel(), F64))
+                layout.add_sums(
+                    total, squares if layout.weight is None else squares.mul_(layout.weight[piece.rows]), piece
+                )
+            self._squares = total
+        return self._squares.clone()
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One scheme's pass: per step the sign pair counts and float sums, per group code the pair counts and the
+    sum of the advantages compared."""
+
+    step_counts: torch.Tensor  # (steps, 10)
+    floats: dict[str, torch.Tensor]  # per step
+    max_abs: torch.Tensor  # per step
+    token_lengths: bool  # whether any response length is known
+    group_categories: torch.Tensor  # (4, group codes): samples compared, flipped, spurious, non-zero reference
+    group_advantage: torch.Tensor  # per group code
+
+
+def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float) -> Tally:
+    """Count and sum ``scheme`` against ``reference``, a piece of rows at a time."""
+    rows, device = scheme.numel(), scheme.device
+    token_lengths = layout.token_lengths
+    # Without a NaN on either side every sample is compared: no mask, and the reference's squares are shared.
+    everywhere = not reference.any_nan and not bool(torch.isnan(scheme).any())
+    size = min(PIECE, rows) if device.type == "cpu" else rows
+    product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
+    index, pair = layout.buffer("index", size, torch.int64), layout.buffer("pair", size, torch.int8)
+    above, below = layout.buffer("above", size, torch.bool), layout.buffer("below", size, torch.bool)
+    ones = layout.buffer("ones", size, F64).fill_(1.0)
+    # Counts in float64 (exact below 2^53), in one buffer zeroed for each scheme.
+    counts = layout.buffer("counts", layout.group_count * CODES, F64).zero_()
+    group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
+    floats = {name: torch.zeros(layout.steps, dtype=F64, device=device) for name in FLOATS}
+    max_abs = torch.zeros(layout.steps, dtype=F64, device=device)
+    for piece in layout.pieces(rows):
+        n = piece.rows.stop - piece.rows.start
+        s, r = scheme[piece.rows], reference.values[piece.rows]
+        defined = None
+        if not everywhere:
+            defined = ~(torch.isnan(s) | torch.isnan(r))
+            s, r = torch.where(defined, s, 0.0), torch.where(defined, r, 0.0)
+        # The pair code: the scheme's sign (above minus below the zero band), 3 x (sign + 1) + reference's sign + 1.
+        code = torch.sub(
+            torch.gt(s, tol, out=above[:n]).view(torch.int8),
+            torch.lt(s, -tol, out=below[:n]).view(torch.int8),
+            out=pair[:n],
+        )
+        if token_lengths:
+            flipped = torch.ne(code, reference.sign[piece.rows], out=above[:n])
+            if defined is not None:
+                flipped &= defined
+            known_length = layout.known_length[piece.rows]
+            layout.add_sums(floats["token_flips"], torch.mul(known_length, flipped, out=product[:n]), piece)
+            if defined is not None:
+                layout.add_sums(floats["token_compared"], torch.mul(known_length, defined, out=product[:n]), piece)
+        code.mul_(3).add_(reference.code[piece.rows])
+        if defined is not None:
+            code.masked_fill_(~defined, UNDEFINED)
+        # The row's place in the counts: 10 x its group code + its pair code.
+        counts.scatter_add_(0, index[:n].copy_(code).add_(layout.group[piece.rows], alpha=CODES), ones[:n])
+        group_advantage.scatter_add_(0, layout.group[piece.rows], s)
+        difference = torch.sub(s, r, out=product[:n]).abs_()
+        layout.add_sums(floats["abs_diff"], difference, piece)
+        layout.raise_maxima(max_abs, difference, piece)
+        # Token-weighted products (weight 1 without lengths, 0 for a sample left out).
+        weight = layout.weight[piece.rows] if layout.weight is not None else None
+        if defined is not None:
+            weight = defined.to(F64) if weight is None else weight * defined
+        scaled = s if weight is None else torch.mul(weight, s, out=weighted[:n])
+        layout.add_sums(floats["cross"], torch.mul(scaled, r, out=product[:n]), piece)
+        layout.add_sums(floats["scheme_square"], torch.mul(scaled, s, out=product[:n]), piece)
+        if not everywhere:
+            scaled = torch.mul(weight, r, out=weighted[:n])
+            layout.add_sums(floats["reference_square"], torch.mul(scaled, r, out=product[:n]), piece)
+    if everywhere:
+        floats["reference_square"] = reference.squares(layout)
+        if token_lengths:
+            floats["token_compared"] = layout.step_totals(layout.known_length)
+    if not token_lengths:
+        del floats["token_flips"], floats["token_compared"]
+    group_counts = counts.view(layout.group_count, CODES)
+    categories = (group_counts @ _CATEGORIES.to(device)).T
+    return Tally(layout.per_step(group_counts), floats, max_abs, token_lengths, categories, group_advantage)
+
+
+def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float) -> dict[str, Tally]:
+    """``tally`` of every scheme, by name; on the CPU side by side in threads (their scatters use one core each)."""
+    workers = min(len(values), torch.get_num_threads())
+    if layout.group.device.type != "cpu" or workers < 2:
+        return {name: tally(tensor, reference, layout, tol) for name, tensor in values.items()}
+    reference.squares(layout)  # shared: made once, before the threads
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollaudit") as pool:
+        futures = {name: pool.submit(tally, tensor, reference, layout, tol) for name, tensor in values.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+__all__ = [
+    "CODES", "COMPARED", "FLIPPED", "LOST", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
+    "Layout", "Reference", "Tally", "sign", "tallies", "tally",
+]  # fmt: skip
