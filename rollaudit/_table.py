@@ -125,11 +125,10 @@ def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
     if (steps == steps[0]).all():
         return pa.array(np.arange(len(steps), dtype=np.int64))
     bounds = contiguous_runs(steps)
-    if bounds is not None:  # no sort needed
-        runs = bounds[:-1]
-        jumps = np.zeros(len(steps), dtype=np.int64)
-        jumps[runs[1:]] = np.diff(runs)  # each run starts where the previous one started plus its length
-        return pa.array(np.arange(len(steps), dtype=np.int64) - np.cumsum(jumps))
+    if bounds is not None:  # no sort needed: each row's place minus where its run starts
+        positions = np.arange(len(steps), dtype=np.int64)
+        positions -= np.repeat(bounds[:-1], np.diff(bounds))
+        return pa.array(positions)
     order = np.argsort(steps, kind="stable")
     sorted_steps = steps[order]
     starts = np.flatnonzero(np.r_[True, sorted_steps[1:] != sorted_steps[:-1]])

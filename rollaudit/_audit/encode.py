@@ -327,7 +327,10 @@ class Encoded:
             return position, None
         rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
         ascending = position[1:] >= position[:-1]
-        if not self.single_step:
+        if self.step_runs is not None and not self.single_step:
+            # Steps in runs: in batch order when positions ascend within each run (a new run may start anywhere).
+            ascending[torch.cumsum(self.step_runs, 0)[:-1] - 1] = True
+        elif not self.single_step:
             step = self.step
             ascending = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & ascending)
         if self.rows < 2 or bool(ascending.all()):

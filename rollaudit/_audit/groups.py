@@ -211,7 +211,9 @@ def trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Un
             # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing. Keys that
             # repeat from step to step (a dataset's epochs) are nested once paired with their step, which is a
             # cheap pair (steps times keys codes), where pairing with the groups would need a hash.
-            units = _nested_units(enc, trajectory, key_count, groups, group_count)
+            # Keys few enough for every step to use them all again are tried as step pairs first.
+            repeating = not enc.single_step and enc.steps * key_count <= 2 * enc.rows
+            units = None if repeating else _nested_units(enc, trajectory, key_count, groups, group_count)
             if units is None and not enc.single_step:
                 trajectory, key_count = _step_pairs(enc, trajectory)
                 units = _nested_units(enc, trajectory, key_count, groups, group_count)
