@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -229,3 +230,32 @@ def test_import_is_cheap():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
+    """Group codes are step-major wherever they come from; codes in another order count per step all the same
+    (by an index add rather than a segment sum)."""
+    from rollaudit._audit.encode import encode
+    from rollaudit._audit.kernel import advantages_of
+    from rollaudit._audit.metrics import prompt_groups
+    from rollaudit._audit.tally import Layout, Reference, tally
+
+    table = rollaudit.make_table(
+        reward=[0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 2, 5],
+        prompt=[0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 3, 3],
+        step=[0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2],
+    )
+    enc = encode(table, "cpu")
+    values = advantages_of(enc, {name: rollaudit.get_scheme(name) for name in ("batch", "prompt")})
+    groups = prompt_groups(enc)
+    reversed_codes = groups.count - 1 - groups.group
+    ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.first_row)
+    unordered = Layout.of(
+        enc, reversed_codes, groups.count, (groups.count - 1 - groups.present).flip(0), groups.first_row.flip(0)
+    )
+    assert ordered.groups_per_step is not None and unordered.groups_per_step is None
+    reference = Reference.of(values["prompt"], 1e-6)
+    for name in ("batch", "prompt"):
+        expected, got = tally(values[name], reference, ordered, 1e-6), tally(values[name], reference, unordered, 1e-6)
+        assert torch.equal(expected.step_counts, got.step_counts) and expected.step_counts.sum() == 12
+        assert torch.equal(expected.group_categories, got.group_categories.flip(1))

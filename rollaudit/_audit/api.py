@@ -130,7 +130,11 @@ def audit(
         info["per_prompt_unavailable"] = error.line()
         groups = None
     # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from it.
-    layout = Layout.of(encoded, None if groups is None else groups.group, 0 if groups is None else groups.count)
+    layout = (
+        Layout.of(encoded)
+        if groups is None
+        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.first_row)
+    )
     reference_values = Reference.of(values[reference_name], tol)
     scheme_tallies = tallies(values, reference_values, layout, tol)
     summary_rows, step_rows = {}, []

@@ -84,7 +84,16 @@ class Layout:
     _buffers: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, enc: Encoded, group: torch.Tensor | None, group_count: int) -> Layout:
+    def of(
+        cls,
+        enc: Encoded,
+        group: torch.Tensor | None = None,
+        group_count: int = 0,
+        present: torch.Tensor | None = None,
+        first_row: torch.Tensor | None = None,
+    ) -> Layout:
+        """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with a row of it
+        in ``first_row``), or of steps alone where ``group`` is None."""
         runs = None if enc.step_runs is None else enc.step_runs.cpu().numpy()
         lengths = enc.response_length
         weight = known_length = None
@@ -95,12 +104,15 @@ class Layout:
         if group is None:
             group_step = torch.arange(enc.steps, device=enc.device)
             return cls(enc.step, enc.steps, group_step, enc.step, enc.steps, runs, None, *tokens)
+        assert present is not None and first_row is not None
         group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
+        in_order = True
         if not enc.single_step:
-            # A code without rows takes the step of the code before it, so that step-major codes stay in order.
-            group_step.scatter_(0, group, enc.step)
-            group_step = torch.cummax(group_step, 0).values
-        in_order = bool((group_step[1:] >= group_step[:-1]).all())
+            steps = enc.step.index_select(0, first_row)
+            in_order = bool((steps[1:] >= steps[:-1]).all())
+            group_step[present] = steps
+            if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
+                group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
         return cls(group, group_count, group_step, enc.step, enc.steps, runs, per_step, *tokens)
 
