@@ -257,5 +257,5 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     reference = Reference.of(values["prompt"], 1e-6)
     for name in ("batch", "prompt"):
         expected, got = tally(values[name], reference, ordered, 1e-6), tally(values[name], reference, unordered, 1e-6)
-        assert torch.equal(expected.step_counts, got.step_counts) and expected.step_counts.sum() == 12
+        assert torch.equal(expected.per_step.counts, got.per_step.counts) and expected.per_step.counts.sum() == 12
         assert torch.equal(expected.group_categories, got.group_categories.flip(1))

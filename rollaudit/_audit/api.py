@@ -100,7 +100,7 @@ def audit(
     2
     """
     from .metric_names import COUNT_METRICS, METRICS
-    from .metrics import Sums, histograms, metrics_of, per_prompt, prompt_groups, step_of_groups
+    from .metrics import histograms, metrics_of, per_prompt, prompt_groups, step_of_groups
     from .tally import Layout, Reference, tallies
 
     started = time.perf_counter()
@@ -139,9 +139,8 @@ def audit(
     scheme_tallies = tallies(values, reference_values, layout, tol)
     summary_rows, step_rows = {}, []
     for name, scheme in scheme_tallies.items():
-        sums = Sums.per_step(scheme)
-        by_step = metrics_of(sums)
-        total = by_step if encoded.steps == 1 else metrics_of(sums.whole())
+        by_step = metrics_of(scheme.per_step)
+        total = by_step if encoded.steps == 1 else metrics_of(scheme.per_step.whole())
         summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
         for position, step in enumerate(encoded.step_values):
             step_rows.append(

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import torch
 
 from .._errors import SchemeError
-from .._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY
+from .._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
 
 F64 = torch.float64
 
@@ -228,12 +228,12 @@ class Encoded:
             values = np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
             return None, values, torch.tensor([self.rows], device=self.device) if len(column) else None
         values = _numpy(column, np.int64)
-        if bool((values[1:] >= values[:-1]).all()):
+        bounds = contiguous_runs(values)
+        if bounds is not None and bool((values[bounds[1:-1]] > values[bounds[:-2]]).all()):
             # Sorted steps are runs: their codes are counted off the run lengths, with no hash or sort.
-            starts = np.flatnonzero(values[1:] != values[:-1]) + 1
-            lengths = np.diff(np.r_[0, starts, len(values)])
+            lengths = np.diff(bounds)
             codes = torch.from_numpy(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
-            return self._to_device(codes), values[np.r_[0, starts]], self._to_device(torch.from_numpy(lengths))
+            return self._to_device(codes), values[bounds[:-1]], self._to_device(torch.from_numpy(lengths))
         codes, _ = densify(_tensor(values))
         return self._to_device(codes), np.unique(values), None
 

@@ -18,7 +18,7 @@ from .encode import F64, Encoded, gather
 from .groups import group_codes, trajectory_units
 from .metric_names import METRICS
 from .schemes import Scheme
-from .tally import FLIPPED, LOST, NONZERO, NONZERO_REFERENCE, SPURIOUS, STRICT, UNDEFINED, Tally
+from .tally import FLIPPED, LOST, NONZERO, NONZERO_REFERENCE, SPURIOUS, STRICT, UNDEFINED, Sums, Tally
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -77,29 +77,6 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
         trajectories=trajectories.index_select(0, present),
         trajectory_sizes=trajectory_sizes,
     )
-
-
-@dataclass(frozen=True)
-class Sums:
-    """What every metric is made of, per segment (a step, or the whole run): samples by sign pair, sums of floats."""
-
-    counts: torch.Tensor  # (segments, 10) samples per sign pair code
-    floats: dict[str, torch.Tensor]  # per segment: abs_diff, cross, scheme_square, reference_square, tokens...
-    max_abs: torch.Tensor
-    token_lengths: bool  # whether any response length is known
-
-    @classmethod
-    def per_step(cls, tally: Tally) -> Sums:
-        return cls(tally.step_counts, tally.floats, tally.max_abs, tally.token_lengths)
-
-    def whole(self) -> Sums:
-        """The same sums for all segments as one (the whole run)."""
-        return Sums(
-            self.counts.sum(0, keepdim=True),
-            {name: values.sum(0, keepdim=True) for name, values in self.floats.items()},
-            self.max_abs.amax(0, keepdim=True) if self.max_abs.numel() else torch.zeros(1, dtype=F64),
-            self.token_lengths,
-        )
 
 
 def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
@@ -173,8 +150,9 @@ def per_prompt(enc: Encoded, groups: Groups, tallies: dict[str, Tally], referenc
         "mean_reward": _ratio(
             of_present(reward_sum), (groups.samples if finite_count is None else finite_count).to(F64)
         ),
-        "no_signal": of_present(tallies[reference].group_categories[3]) == 0,
     }
+    *_, nonzero_reference = of_present(tallies[reference].group_categories)
+    columns["no_signal"] = nonzero_reference == 0
     for name, scheme in tallies.items():
         compared, flipped, spurious, _ = of_present(scheme.group_categories)
         columns[f"mean_advantage:{name}"] = _ratio(of_present(scheme.group_advantage), compared)
@@ -192,4 +170,4 @@ def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
     return enc.step_values[enc.step[groups.first_row].cpu().numpy()]
 
 
-__all__ = ["METRICS", "Groups", "Sums", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_of_groups"]
+__all__ = ["METRICS", "Groups", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_of_groups"]

@@ -82,6 +82,7 @@ class Layout:
     known_length: torch.Tensor | None  # per row: its response length, 0 where unknown
     token_lengths: bool  # whether any response length is known
     _buffers: dict = field(default_factory=dict, repr=False)
+    _known_tokens: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
     def of(
@@ -170,12 +171,15 @@ class Layout:
             return total.index_add_(0, self.group_step, per_group)
         return torch.segment_reduce(per_group, "sum", lengths=self.groups_per_step, axis=0)
 
-    def step_totals(self, values: torch.Tensor) -> torch.Tensor:
-        """Float64 sum of a row tensor per step."""
-        total = torch.zeros(self.steps, dtype=F64, device=values.device)
-        for piece in self.pieces(values.numel()):
-            self.add_sums(total, values[piece.rows], piece)
-        return total
+    def known_tokens(self) -> torch.Tensor:
+        """The tokens of known response length per step, summed once."""
+        assert self.known_length is not None
+        if self._known_tokens is None:
+            total = torch.zeros(self.steps, dtype=F64, device=self.known_length.device)
+            for piece in self.pieces(self.known_length.numel()):
+                self.add_sums(total, self.known_length[piece.rows], piece)
+            self._known_tokens = total
+        return self._known_tokens.clone()
 
 
 @dataclass
@@ -208,14 +212,30 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Tally:
-    """One scheme's pass: per step the sign pair counts and float sums, per group code the pair counts and the
-    sum of the advantages compared."""
+class Sums:
+    """What every metric is made of, per segment (a step, or the whole run): samples by sign pair, sums of floats."""
 
-    step_counts: torch.Tensor  # (steps, 10)
-    floats: dict[str, torch.Tensor]  # per step
-    max_abs: torch.Tensor  # per step
+    counts: torch.Tensor  # (segments, 10) samples per sign pair code
+    floats: dict[str, torch.Tensor]  # per segment: abs_diff, cross, scheme_square, reference_square, tokens...
+    max_abs: torch.Tensor
     token_lengths: bool  # whether any response length is known
+
+    def whole(self) -> Sums:
+        """The same sums for all segments as one (the whole run)."""
+        return Sums(
+            self.counts.sum(0, keepdim=True),
+            {name: values.sum(0, keepdim=True) for name, values in self.floats.items()},
+            self.max_abs.amax(0, keepdim=True) if self.max_abs.numel() else torch.zeros(1, dtype=F64),
+            self.token_lengths,
+        )
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One scheme's pass: its sums per step, and per group code the samples in each category and the sum of the
+    advantages compared."""
+
+    per_step: Sums
     group_categories: torch.Tensor  # (4, group codes): samples compared, flipped, spurious, non-zero reference
     group_advantage: torch.Tensor  # per group code
 
@@ -279,12 +299,12 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     if everywhere:
         floats["reference_square"] = reference.squares(layout)
         if token_lengths:
-            floats["token_compared"] = layout.step_totals(layout.known_length)
+            floats["token_compared"] = layout.known_tokens()
     if not token_lengths:
         del floats["token_flips"], floats["token_compared"]
     group_counts = counts.view(layout.group_count, CODES)
-    categories = (group_counts @ _CATEGORIES.to(device)).T
-    return Tally(layout.per_step(group_counts), floats, max_abs, token_lengths, categories, group_advantage)
+    per_step = Sums(layout.per_step(group_counts), floats, max_abs, token_lengths)
+    return Tally(per_step, (group_counts @ _CATEGORIES.to(device)).T, group_advantage)
 
 
 def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float) -> dict[str, Tally]:
@@ -293,6 +313,8 @@ def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layou
     if layout.group.device.type != "cpu" or workers < 2:
         return {name: tally(tensor, reference, layout, tol) for name, tensor in values.items()}
     reference.squares(layout)  # shared: made once, before the threads
+    if layout.token_lengths:
+        layout.known_tokens()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollaudit") as pool:
         futures = {name: pool.submit(tally, tensor, reference, layout, tol) for name, tensor in values.items()}
         return {name: future.result() for name, future in futures.items()}
@@ -300,5 +322,5 @@ def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layou
 
 __all__ = [
     "CODES", "COMPARED", "FLIPPED", "LOST", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
-    "Layout", "Reference", "Tally", "sign", "tallies", "tally",
+    "Layout", "Reference", "Sums", "Tally", "sign", "tallies", "tally",
 ]  # fmt: skip
