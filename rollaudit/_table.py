@@ -22,7 +22,8 @@ row order; positional schemes and the ``first`` representative follow it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -61,6 +62,22 @@ _FIXED_TYPES = {
 _NOT_NULL = (STEP, POSITION, REWARD)
 
 
+def nulls(length: int, kind: pa.DataType) -> pa.Array:
+    """An all-null int64, float64 or string column whose buffers share one block of zeros that is never written.
+
+    ``pa.nulls`` fills its buffers (200 MB for a 10M-row table's three unknown columns); zeros from ``np.zeros``
+    are pages the system maps only when they are read, and a null column's data is never read.
+    """
+    import numpy as np
+
+    if kind not in (pa.int64(), pa.float64(), pa.string()):
+        return pa.nulls(length, kind)
+    zeros = pa.py_buffer(np.zeros(8 * length + 8, dtype=np.uint8))
+    # Validity all 0 (every value null); data all 0; a string's offsets all 0 (every value empty), no characters.
+    buffers = [zeros, zeros, zeros] if kind == pa.string() else [zeros, zeros]
+    return pa.Array.from_buffers(kind, length, buffers, null_count=length)
+
+
 def _key_array(values: Any, name: str) -> pa.Array:
     """A prompt or trajectory key column: int64 or string, nulls allowed."""
     if isinstance(values, pa.ChunkedArray):
@@ -72,7 +89,7 @@ def _key_array(values: Any, name: str) -> pa.Array:
             raise InputError(f"cannot make a key column: {error}", field=name, expected="ints or strings") from None
     kind = values.type
     if pa.types.is_null(kind):
-        return pa.nulls(len(values), pa.int64())
+        return nulls(len(values), pa.int64())
     if kind in (pa.int64(), pa.string()):
         return values
     if pa.types.is_integer(kind):
@@ -104,31 +121,67 @@ def _typed_array(values: Any, name: str, kind: pa.DataType) -> pa.Array:
         raise InputError(f"cannot read as {kind}: {first}", field=name, expected=str(kind)) from None
 
 
-def contiguous_runs(steps: Any) -> Any:
-    """The row where each step's run starts, plus the row count at the end, when every step is one contiguous run
-    (sorted, or written step after step); None when some step comes back later."""
+# Rows per piece of a pass over a whole column: its temporaries stay small and are reused, never a fresh buffer
+# the size of the column (on the CPU a fresh buffer's first touch can cost more than the arithmetic on it).
+PIECE_ROWS = 1 << 20
+
+
+def int64_pieces(values: Any) -> Iterator[Any]:
+    """Consecutive int64 numpy views of at most ``PIECE_ROWS`` rows of an int64 numpy array, Arrow array or
+    chunked array without nulls (zero-copy: no chunk is combined)."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    for chunk in chunks:
+        array = chunk.to_numpy(zero_copy_only=False) if isinstance(chunk, pa.Array) else chunk
+        for start in range(0, len(array), PIECE_ROWS):
+            yield array[start : start + PIECE_ROWS]
+
+
+def contiguous_runs(steps: Any) -> tuple[Any, Any] | None:
+    """When every step is one contiguous run of rows (sorted, or written step after step): the row where each
+    run starts plus the row count at the end, and each run's step; None when some step comes back later.
+    ``steps``: int64 values without nulls (numpy, Arrow array or chunked array), read piece by piece."""
     import numpy as np
 
-    bounds = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1], True])
-    return bounds if len(np.unique(steps[bounds[:-1]])) == len(bounds) - 1 else None
+    starts: list[Any] = []
+    values: list[Any] = []
+    offset, last = 0, None
+    for piece in int64_pieces(steps):
+        if len(piece) == 0:
+            continue
+        if last is None or piece[0] != last:
+            starts.append(np.array([offset], dtype=np.int64))
+            values.append(piece[:1].copy())
+        changes = np.flatnonzero(piece[1:] != piece[:-1]) + 1
+        starts.append(changes + offset)
+        values.append(piece[changes])
+        offset, last = offset + len(piece), piece[-1]
+    if not starts:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    bounds = np.concatenate([*starts, [offset]]).astype(np.int64)
+    run_values = np.concatenate(values)
+    return (bounds, run_values) if len(np.unique(run_values)) == len(run_values) else None
 
 
 def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
     """0, 1, 2, ... within each step, in row order (a cumulative count per step)."""
     import numpy as np
 
+    rows = len(step)
+    if rows == 0:
+        return pa.array([], pa.int64())
+    runs = contiguous_runs(step)
+    if runs is not None:  # no sort needed: each row's place minus where its run starts
+        bounds, _ = runs
+        positions = np.arange(rows, dtype=np.int64)
+        if len(bounds) <= _MOST_RUNS_IN_PLACE:
+            for start, end in itertools.pairwise(bounds[1:]):
+                positions[start:end] -= start
+        else:
+            positions -= np.repeat(bounds[:-1], np.diff(bounds))
+        return pa.array(positions)
     if isinstance(step, pa.ChunkedArray):
         step = step.combine_chunks()
     steps = step.to_numpy(zero_copy_only=False)
-    if len(steps) == 0:
-        return pa.array([], pa.int64())
-    if (steps == steps[0]).all():
-        return pa.array(np.arange(len(steps), dtype=np.int64))
-    bounds = contiguous_runs(steps)
-    if bounds is not None:  # no sort needed: each row's place minus where its run starts
-        positions = np.arange(len(steps), dtype=np.int64)
-        positions -= np.repeat(bounds[:-1], np.diff(bounds))
-        return pa.array(positions)
     order = np.argsort(steps, kind="stable")
     sorted_steps = steps[order]
     starts = np.flatnonzero(np.r_[True, sorted_steps[1:] != sorted_steps[:-1]])
@@ -136,6 +189,10 @@ def positions_in_row_order(step: pa.Array | pa.ChunkedArray) -> pa.Array:
     positions = np.empty(len(steps), dtype=np.int64)
     positions[order] = np.arange(len(steps)) - run_start
     return pa.array(positions)
+
+
+# Up to this many steps, positions are counted off run by run, in place (no row-sized array of run starts).
+_MOST_RUNS_IN_PLACE = 4096
 
 
 def make_table(
@@ -182,15 +239,15 @@ def make_table(
         if position is None
         else _typed_array(column(position, POSITION), POSITION, pa.int64())
     )
-    data[PROMPT] = pa.nulls(length, pa.int64()) if prompt is None else _key_array(column(prompt, PROMPT), PROMPT)
+    data[PROMPT] = nulls(length, pa.int64()) if prompt is None else _key_array(column(prompt, PROMPT), PROMPT)
     data[TRAJECTORY] = (
-        pa.nulls(length, pa.int64()) if trajectory is None else _key_array(column(trajectory, TRAJECTORY), TRAJECTORY)
+        nulls(length, pa.int64()) if trajectory is None else _key_array(column(trajectory, TRAJECTORY), TRAJECTORY)
     )
     data[REWARD] = rewards
     for name in (STATUS, RESPONSE_LENGTH, RECORDED_ADVANTAGE):
         values = columns.pop(name, None)
         data[name] = (
-            pa.nulls(length, _FIXED_TYPES[name])
+            nulls(length, _FIXED_TYPES[name])
             if values is None
             else _typed_array(column(values, name), name, _FIXED_TYPES[name])
         )
@@ -229,7 +286,7 @@ def validate_table(table: pa.Table, *, source: str | None = None) -> pa.Table:
     for name in CANONICAL_COLUMNS:
         if name not in table.column_names:
             kind = _FIXED_TYPES.get(name, pa.int64())
-            table = table.append_column(name, pa.nulls(table.num_rows, kind))
+            table = table.append_column(name, nulls(table.num_rows, kind))
             continue
         column = table.column(name)
         if name in KEY_COLUMNS:

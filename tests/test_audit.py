@@ -101,7 +101,7 @@ def test_per_step_and_per_prompt_match_oracle(rows, piece, most_spans, in_step_o
     schemes = ["batch", "prompt", "trajectory"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rollaudit._audit.tally, "PIECE", piece)
-        patch.setattr(rollaudit._audit.tally, "_MOST_SPANS", most_spans)
+        patch.setattr(rollaudit._audit.groups, "_MOST_SPANS", most_spans)
         report = rollaudit.audit(table_of(rows), schemes=schemes, reference="prompt", device="cpu")
     per_step, per_prompt = _oracle_per_step_and_prompt(rows, schemes)
     assert len(report.per_step) == len(per_step)

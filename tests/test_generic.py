@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import warnings
@@ -15,6 +16,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
@@ -306,3 +309,63 @@ def test_bad_parquet_files(tmp_path: Path):
     (tmp_path / "cut.parquet").write_bytes(good.read_bytes()[:-30])
     with pytest.raises(InputError, match=r"cut.parquet: cannot read as Parquet"):
         rollaudit.load(tmp_path / "cut.parquet")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Steps read piece by piece across chunks: runs, positions, splits and the batch-order check.
+
+
+def _chunked(values: list[int], cuts: list[int]) -> pa.ChunkedArray:
+    bounds = [0, *sorted(cut % (len(values) + 1) for cut in cuts), len(values)]
+    return pa.chunked_array([pa.array(values[a:b], pa.int64()) for a, b in itertools.pairwise(bounds)], pa.int64())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.integers(0, 4), min_size=1, max_size=30).flatmap(
+        lambda values: st.sampled_from([values, sorted(values), sorted(values, reverse=True)])
+    ),
+    cuts=st.lists(st.integers(0, 40), max_size=3),
+    piece=st.sampled_from([1, 2, 3, 1 << 20]),
+    most_in_place=st.sampled_from([0, 4096]),
+)
+def test_step_runs_and_positions_piece_by_piece_match_whole_arrays(steps, cuts, piece, most_in_place):
+    from unittest import mock
+
+    from rollaudit import _table
+    from rollaudit._loaders import load as load_module
+    from rollaudit._loaders.columns import split_steps
+
+    changes = [0, *(row for row in range(1, len(steps)) if steps[row] != steps[row - 1]), len(steps)]
+    run_steps = [steps[start] for start in changes[:-1]]
+    contiguous = len(set(run_steps)) == len(run_steps)
+    expected_positions = [sum(1 for earlier in steps[:row] if earlier == step) for row, step in enumerate(steps)]
+    column = _chunked(steps, cuts)
+    with (
+        mock.patch.object(_table, "PIECE_ROWS", piece),
+        mock.patch.object(_table, "_MOST_RUNS_IN_PLACE", most_in_place),
+    ):
+        runs = _table.contiguous_runs(column)
+        positions = _table.positions_in_row_order(column).to_pylist()
+        table = rollaudit.make_table(reward=[0.0] * len(steps), step=column)
+        parts = split_steps(table)
+        with mock.patch.object(load_module, "PIECE_ROWS", piece):
+            shuffled = table.set_column(1, "position", pa.array(np.arange(len(steps))[::-1].copy()))
+            in_order = load_module._in_step_order(table)
+            reordered = load_module._in_step_order(shuffled)
+    assert (runs is not None) == contiguous
+    if contiguous:
+        assert runs[0].tolist() == changes and runs[1].tolist() == run_steps
+    assert positions == expected_positions
+    assert [step for step, _ in parts] == sorted(set(steps))
+    for step, part in parts:
+        assert part.column("step").to_pylist() == [step] * steps.count(step)
+        assert part.column("position").to_pylist() == list(range(steps.count(step)))
+    ordered = all(
+        (steps[row], expected_positions[row]) < (steps[row + 1], expected_positions[row + 1])
+        for row in range(len(steps) - 1)
+    )
+    assert (in_order is table) == ordered
+    assert in_order.column("step").to_pylist() == sorted(steps)
+    pairs = list(zip(reordered.column("step").to_pylist(), reordered.column("position").to_pylist(), strict=True))
+    assert len(pairs) == len(steps) and all(a < b for a, b in itertools.pairwise(pairs))

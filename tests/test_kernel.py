@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import rollaudit
 from rollaudit import SchemeError
 from rollaudit._audit import encode as _kernel
+from rollaudit._audit import groups as _groups
 from tests.oracle import OracleError, oracle_advantages
 
 SCHEMES = [
@@ -156,8 +157,15 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @PROPERTY
-@given(rows=batches(), piece=st.sampled_from([1, 2, 5, _kernel.PIECE]))
-def test_kernel_matches_oracle(scheme, rows, piece):
+@given(
+    rows=batches(),
+    piece=st.sampled_from([1, 2, 5, _kernel.PIECE]),
+    in_step_order=st.booleans(),
+    most_spans=st.sampled_from([0, 8]),
+)
+def test_kernel_matches_oracle(scheme, rows, piece, in_step_order, most_spans):
+    if in_step_order:  # steps as runs of rows: their sums add slices, one by one or by segment reduction
+        rows = sorted(rows, key=lambda row: row["step"])
     parsed = rollaudit.get_scheme(scheme)
     try:
         expected = oracle_advantages([dict(row) for row in rows], parsed)
@@ -166,7 +174,7 @@ def test_kernel_matches_oracle(scheme, rows, piece):
             kernel(rows, scheme)
         return
     # Small pieces: the piecewise loops cross piece boundaries as they do on millions of rows.
-    with mock.patch.object(_kernel, "PIECE", piece):
+    with mock.patch.object(_kernel, "PIECE", piece), mock.patch.object(_groups, "_MOST_SPANS", most_spans):
         assert_close(kernel(rows, scheme), expected)
 
 

@@ -32,10 +32,15 @@ F64 = torch.float64
 PIECE = 1 << 18
 
 
+def piece_size(rows: int, device: torch.device) -> int:
+    """Rows per piece: at most ``PIECE`` on the CPU, all of them on a GPU (where each piece costs a launch)."""
+    return max(min(PIECE, rows) if device.type == "cpu" else rows, 1)
+
+
 def pieces(rows: int, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Slices of at most ``PIECE`` rows on the CPU (one slice on a GPU, where each piece costs a
-    launch), each with a buffer of its length: one buffer, reused from piece to piece."""
-    step = max(min(PIECE, rows) if device.type == "cpu" else rows, 1)
+    """Slices of :func:`piece_size` rows, each with a buffer of its length: one buffer, reused from piece to
+    piece."""
+    step = piece_size(rows, device)
     buffer = torch.empty(step, dtype=dtype, device=device)
     for start in range(0, rows, step):
         stop = min(start + step, rows)
@@ -223,17 +228,20 @@ class Encoded:
         """(dense step code of each row or None for one step, the step values ascending, each step's row count
         when every step is one run in ascending order (a loaded table is) or None)."""
         column = self.table.column(STEP)
-        bounds = pc.min_max(column)
-        if bounds["min"].as_py() == bounds["max"].as_py():
-            values = np.array([bounds["min"].as_py()] if len(column) else [], dtype=np.int64)
-            return None, values, torch.tensor([self.rows], device=self.device) if len(column) else None
+        if len(column) == 0:
+            return None, np.zeros(0, dtype=np.int64), None
+        first = column[0].as_py()
+        # A first step unlike the last is a table of several steps: no pass to look for a single value.
+        if first == column[-1].as_py() and pc.max(column).as_py() == first == pc.min(column).as_py():
+            return None, np.array([first], dtype=np.int64), torch.tensor([self.rows], device=self.device)
         values = _numpy(column, np.int64)
-        bounds = contiguous_runs(values)
-        if bounds is not None and bool((values[bounds[1:-1]] > values[bounds[:-2]]).all()):
+        runs = contiguous_runs(values)
+        if runs is not None and bool((runs[1][1:] > runs[1][:-1]).all()):
             # Sorted steps are runs: their codes are counted off the run lengths, with no hash or sort.
+            bounds, run_steps = runs
             lengths = np.diff(bounds)
             codes = torch.from_numpy(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
-            return self._to_device(codes), values[bounds[:-1]], self._to_device(torch.from_numpy(lengths))
+            return self._to_device(codes), run_steps, self._to_device(torch.from_numpy(lengths))
         codes, _ = densify(_tensor(values))
         return self._to_device(codes), np.unique(values), None
 

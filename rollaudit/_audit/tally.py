@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .encode import F64, Encoded, fresh
+from .groups import Piece, Segments, step_segments
 
 # Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
 CODES = 10
@@ -47,23 +47,11 @@ FLOATS = ("abs_diff", "cross", "scheme_square", "reference_square", "token_flips
 
 # Rows per piece on the CPU: its buffers (8 MB of float64) stay warm from piece to piece.
 PIECE = 1 << 20
-# A piece over more steps than this reduces them with one segment reduction rather than one sum each.
-_MOST_SPANS = 8
 
 
 def sign(values: torch.Tensor, tol: float) -> torch.Tensor:
     """-1, 0 or +1 with a zero band: ``|x| <= tol`` is 0 (NaN is 0)."""
     return (values > tol).to(torch.int8) - (values < -tol).to(torch.int8)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Rows of one piece: where each of its steps lies in it (``spans``, when steps are runs and the piece holds
-    few), or each step's row count (``lengths``, when it holds many), or neither (steps not in runs: scatter)."""
-
-    rows: slice
-    spans: list[tuple[int, slice]] | None
-    lengths: torch.Tensor | None
 
 
 @dataclass
@@ -74,9 +62,8 @@ class Layout:
     group: torch.Tensor
     group_count: int
     group_step: torch.Tensor  # per group code: its step code
-    step: torch.Tensor
+    by_step: Segments  # the rows' steps: what per-step sums add into
     steps: int
-    step_runs: np.ndarray | None  # each step's row count when the rows are sorted by step
     groups_per_step: torch.Tensor | None  # group codes per step, when codes are in step order (pair codes are)
     weight: torch.Tensor | None  # per row: its response length, 1 where unknown; None without lengths
     known_length: torch.Tensor | None  # per row: its response length, 0 where unknown
@@ -95,7 +82,7 @@ class Layout:
     ) -> Layout:
         """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with a row of it
         in ``first_row``), or of steps alone where ``group`` is None."""
-        runs = None if enc.step_runs is None else enc.step_runs.cpu().numpy()
+        by_step = step_segments(enc)
         lengths = enc.response_length
         weight = known_length = None
         if lengths is not None:
@@ -104,7 +91,7 @@ class Layout:
         tokens = weight, known_length, lengths is not None and bool(known.any())
         if group is None:
             group_step = torch.arange(enc.steps, device=enc.device)
-            return cls(enc.step, enc.steps, group_step, enc.step, enc.steps, runs, None, *tokens)
+            return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *tokens)
         assert present is not None and first_row is not None
         group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
         in_order = True
@@ -115,7 +102,7 @@ class Layout:
             if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
                 group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
-        return cls(group, group_count, group_step, enc.step, enc.steps, runs, per_step, *tokens)
+        return cls(group, group_count, group_step, by_step, enc.steps, per_step, *tokens)
 
     def buffer(self, name: str, rows: int, dtype: torch.dtype) -> torch.Tensor:
         """A buffer of at least ``rows`` elements, made once per layout, name and thread (passes run side by side)."""
@@ -126,43 +113,8 @@ class Layout:
         return held[:rows]
 
     def pieces(self, rows: int) -> Iterator[Piece]:
-        """Slices of rows (``PIECE`` at a time on the CPU, all at once on a GPU) with where their steps lie."""
-        size = max(min(PIECE, rows) if self.group.device.type == "cpu" else rows, 1)
-        runs = self.step_runs
-        ends = None if runs is None else np.cumsum(runs)
-        for start in range(0, rows, size):
-            stop = min(start + size, rows)
-            if ends is None:
-                yield Piece(slice(start, stop), None, None)
-                continue
-            lengths = np.clip(ends, start, stop) - np.clip(ends - runs, start, stop)
-            steps = np.flatnonzero(lengths)
-            if len(steps) > _MOST_SPANS:
-                yield Piece(slice(start, stop), None, torch.from_numpy(lengths).to(self.group.device))
-                continue
-            local = np.clip(ends - runs, start, stop) - start
-            spans = [(int(step), slice(int(local[step]), int(local[step] + lengths[step]))) for step in steps]
-            yield Piece(slice(start, stop), spans, None)
-
-    def add_sums(self, into: torch.Tensor, values: torch.Tensor, piece: Piece) -> None:
-        """Add a piece's float64 values to their steps' totals."""
-        if piece.spans is not None:
-            for step, span in piece.spans:
-                into[step] += values[span].sum()
-        elif piece.lengths is not None:
-            into += torch.segment_reduce(values, "sum", lengths=piece.lengths)
-        else:
-            into.scatter_add_(0, self.step[piece.rows], values)
-
-    def raise_maxima(self, into: torch.Tensor, values: torch.Tensor, piece: Piece) -> None:
-        """Raise their steps' maxima to a piece's non-negative values."""
-        if piece.spans is not None:
-            for step, span in piece.spans:
-                into[step] = torch.maximum(into[step], values[span].max())
-        elif piece.lengths is not None:
-            torch.maximum(into, torch.segment_reduce(values, "max", lengths=piece.lengths, initial=0.0), out=into)
-        else:
-            into.scatter_reduce_(0, self.step[piece.rows], values, "amax")
+        """Slices of ``PIECE`` rows on the CPU (all at once on a GPU), with the steps each holds."""
+        return self.by_step.pieces(rows, min(PIECE, rows) if self.group.device.type == "cpu" else rows)
 
     def per_step(self, per_group: torch.Tensor) -> torch.Tensor:
         """Per-group rows (float64) summed per step."""
@@ -177,7 +129,7 @@ class Layout:
         if self._known_tokens is None:
             total = torch.zeros(self.steps, dtype=F64, device=self.known_length.device)
             for piece in self.pieces(self.known_length.numel()):
-                self.add_sums(total, self.known_length[piece.rows], piece)
+                self.by_step.add_sums(total, self.known_length[piece.rows], piece)
             self._known_tokens = total
         return self._known_tokens.clone()
 
@@ -190,7 +142,7 @@ class Reference:
     sign: torch.Tensor  # int8 per row
     code: torch.Tensor  # int8 per row: its sign + 4, the reference's share of the pair code
     any_nan: bool
-    _squares: torch.Tensor | None = None
+    _squares: tuple[Layout, torch.Tensor] | None = None
 
     @classmethod
     def of(cls, values: torch.Tensor, tol: float) -> Reference:
@@ -198,17 +150,17 @@ class Reference:
         return cls(values, signs, signs + 4, bool(torch.isnan(values).any()))
 
     def squares(self, layout: Layout) -> torch.Tensor:
-        """Token-weighted sum of the squared values per step (every sample compared), made once."""
-        if self._squares is None:
+        """Token-weighted sum of the squared values per step (every sample compared), made once per layout."""
+        if self._squares is None or self._squares[0] is not layout:
             total = torch.zeros(layout.steps, dtype=F64, device=self.values.device)
             for piece in layout.pieces(self.values.numel()):
                 values = self.values[piece.rows]
                 squares = torch.mul(values, values, out=layout.buffer("product", values.numel(), F64))
-                layout.add_sums(
+                layout.by_step.add_sums(
                     total, squares if layout.weight is None else squares.mul_(layout.weight[piece.rows]), piece
                 )
-            self._squares = total
-        return self._squares.clone()
+            self._squares = layout, total
+        return self._squares[1].clone()
 
 
 @dataclass(frozen=True)
@@ -256,46 +208,58 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
     floats = {name: torch.zeros(layout.steps, dtype=F64, device=device) for name in FLOATS}
     max_abs = torch.zeros(layout.steps, dtype=F64, device=device)
+    steps = layout.by_step
+    # The reference against itself (the usual audit has it among the schemes): every pair of signs is equal and
+    # every difference 0, so only the counts and the advantages per group are summed.
+    itself = everywhere and scheme is reference.values
     for piece in layout.pieces(rows):
         n = piece.rows.stop - piece.rows.start
-        s, r = scheme[piece.rows], reference.values[piece.rows]
+        s = scheme[piece.rows]
+        if itself:
+            place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
+            place.add_(reference.sign[piece.rows], alpha=3)
+            counts.scatter_add_(0, place, ones[:n])
+            group_advantage.scatter_add_(0, layout.group[piece.rows], s)
+            continue
+        r = reference.values[piece.rows]
         defined = None
         if not everywhere:
             defined = ~(torch.isnan(s) | torch.isnan(r))
             s, r = torch.where(defined, s, 0.0), torch.where(defined, r, 0.0)
-        # The pair code: the scheme's sign (above minus below the zero band), 3 x (sign + 1) + reference's sign + 1.
-        code = torch.sub(
-            torch.gt(s, tol, out=above[:n]).view(torch.int8),
-            torch.lt(s, -tol, out=below[:n]).view(torch.int8),
-            out=pair[:n],
-        )
+        # The row's place in the counts: 10 x its group + the pair code, 3 x (the scheme's sign + 1) + the
+        # reference's sign + 1, the scheme's sign being above minus below the zero band.
+        is_above = torch.gt(s, tol, out=above[:n]).view(torch.int8)
+        is_below = torch.lt(s, -tol, out=below[:n]).view(torch.int8)
         if token_lengths:
-            flipped = torch.ne(code, reference.sign[piece.rows], out=above[:n])
+            signs = torch.sub(is_above, is_below, out=pair[:n])
+            flipped = torch.ne(signs, reference.sign[piece.rows], out=layout.buffer("flipped", n, torch.bool))
             if defined is not None:
                 flipped &= defined
             known_length = layout.known_length[piece.rows]
-            layout.add_sums(floats["token_flips"], torch.mul(known_length, flipped, out=product[:n]), piece)
+            steps.add_sums(floats["token_flips"], torch.mul(known_length, flipped, out=product[:n]), piece)
             if defined is not None:
-                layout.add_sums(floats["token_compared"], torch.mul(known_length, defined, out=product[:n]), piece)
-        code.mul_(3).add_(reference.code[piece.rows])
-        if defined is not None:
-            code.masked_fill_(~defined, UNDEFINED)
-        # The row's place in the counts: 10 x its group code + its pair code.
-        counts.scatter_add_(0, index[:n].copy_(code).add_(layout.group[piece.rows], alpha=CODES), ones[:n])
+                steps.add_sums(floats["token_compared"], torch.mul(known_length, defined, out=product[:n]), piece)
+        place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
+        place.add_(is_above, alpha=3).sub_(is_below, alpha=3)
+        if defined is not None:  # left out: pair code 9 of its group
+            torch.where(defined, place, layout.group[piece.rows] * CODES + UNDEFINED, out=place)
+        counts.scatter_add_(0, place, ones[:n])
         group_advantage.scatter_add_(0, layout.group[piece.rows], s)
         difference = torch.sub(s, r, out=product[:n]).abs_()
-        layout.add_sums(floats["abs_diff"], difference, piece)
-        layout.raise_maxima(max_abs, difference, piece)
+        steps.add_sums(floats["abs_diff"], difference, piece)
+        steps.raise_maxima(max_abs, difference, piece)
         # Token-weighted products (weight 1 without lengths, 0 for a sample left out).
         weight = layout.weight[piece.rows] if layout.weight is not None else None
         if defined is not None:
             weight = defined.to(F64) if weight is None else weight * defined
         scaled = s if weight is None else torch.mul(weight, s, out=weighted[:n])
-        layout.add_sums(floats["cross"], torch.mul(scaled, r, out=product[:n]), piece)
-        layout.add_sums(floats["scheme_square"], torch.mul(scaled, s, out=product[:n]), piece)
+        steps.add_sums(floats["cross"], torch.mul(scaled, r, out=product[:n]), piece)
+        steps.add_sums(floats["scheme_square"], torch.mul(scaled, s, out=product[:n]), piece)
         if not everywhere:
             scaled = torch.mul(weight, r, out=weighted[:n])
-            layout.add_sums(floats["reference_square"], torch.mul(scaled, r, out=product[:n]), piece)
+            steps.add_sums(floats["reference_square"], torch.mul(scaled, r, out=product[:n]), piece)
+    if itself:
+        floats["cross"], floats["scheme_square"] = reference.squares(layout), reference.squares(layout)
     if everywhere:
         floats["reference_square"] = reference.squares(layout)
         if token_lengths:

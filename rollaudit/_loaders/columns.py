@@ -258,12 +258,13 @@ def missing_to_nan(rewards: pa.Array) -> tuple[pa.Array, int]:
 
 def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array) -> None:
     """One warning per file for rewards that are missing, NaN or infinite (kept; the audit reports them)."""
-    values = rewards.to_numpy(zero_copy_only=False)
-    bad = int((~np.isfinite(values)).sum())
+    # Arrow's kernels: bitmaps rather than a byte per row, and no pandas import (Array.to_numpy makes one).
+    finite = pc.is_finite(rewards)
+    bad = len(rewards) - int(pc.sum(finite).as_py() or 0)
     if not bad:
         return
     noun = "row has" if bad == 1 else "rows have"
-    first = int(np.flatnonzero(~np.isfinite(values))[0])
+    first = int(pc.index(finite, False).as_py())
     missing = f", {nulls} of them missing" if nulls else ""
     warnings.warn(
         f"{path}: {bad} {noun} a NaN, infinite or missing reward (first at row {first}{missing}); "
@@ -390,14 +391,18 @@ def warn_varying_tokens(path: Path, field: str, varying: int, rule: str) -> None
 
 def split_steps(table: pa.Table) -> list[tuple[int, pa.Table]]:
     """A canonical table per distinct step, in step order (positions already count within each step)."""
-    steps = table.column(STEP).to_numpy()
-    if len(steps) == 0 or (steps == steps[0]).all():
-        return [(int(steps[0]) if len(steps) else 0, table)]
-    runs = contiguous_runs(steps)
+    runs = contiguous_runs(table.column(STEP))
     if runs is not None:
+        bounds, values = runs
+        if len(values) <= 1:
+            return [(int(values[0]) if len(values) else 0, table)]
         # Each step one contiguous run: zero-copy slices, in step order.
-        parts = [(int(steps[start]), table.slice(start, end - start)) for start, end in itertools.pairwise(runs)]
+        parts = [
+            (int(step), table.slice(start, end - start))
+            for step, (start, end) in zip(values, itertools.pairwise(bounds), strict=True)
+        ]
         return sorted(parts, key=lambda part: part[0])
+    steps = table.column(STEP).to_numpy()
     order = np.argsort(steps, kind="stable")
     sorted_steps = steps[order]
     ordered = table.take(pa.array(order))  # one take for the whole table, then slices of it

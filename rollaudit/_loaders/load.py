@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .._errors import InputError, UsageError
-from .._table import POSITION, STEP, concat_tables, merge_found, with_found
+from .._table import PIECE_ROWS, POSITION, STEP, concat_tables, merge_found, with_found
 from .engine import run_items
 from .options import LoadOptions
 from .registry import FORMATS, formats_read
@@ -209,12 +209,18 @@ def _in_step_order(table: pa.Table) -> pa.Table:
     """The table sorted by step, then position; as it is (no copy) when it already is, as loaders give it."""
     import numpy as np
 
-    steps = table.column(STEP).to_numpy()
-    positions = table.column(POSITION).to_numpy()
-    later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
-    if bool(np.all(later | (same & (positions[1:] > positions[:-1])))):
-        return table
-    return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+    previous = None
+    # Piece by piece, across chunks: no column is combined, no row-sized temporary made.
+    for batch in table.select([STEP, POSITION]).to_batches(max_chunksize=PIECE_ROWS):
+        steps, positions = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        if len(steps) == 0:
+            continue
+        later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
+        ordered = bool(np.all(later | (same & (positions[1:] > positions[:-1]))))
+        if not ordered or (previous is not None and (int(steps[0]), int(positions[0])) <= previous):
+            return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+        previous = int(steps[-1]), int(positions[-1])
+    return table
 
 
 def loaded_formats(table: pa.Table) -> list[str]:
