@@ -249,9 +249,9 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     values = advantages_of(enc, {name: rollaudit.get_scheme(name) for name in ("batch", "prompt")})
     groups = prompt_groups(enc)
     reversed_codes = groups.count - 1 - groups.group
-    ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.first_row)
+    ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.step)
     unordered = Layout.of(
-        enc, reversed_codes, groups.count, (groups.count - 1 - groups.present).flip(0), groups.first_row.flip(0)
+        enc, reversed_codes, groups.count, (groups.count - 1 - groups.present).flip(0), groups.step.flip(0)
     )
     assert ordered.groups_per_step is not None and unordered.groups_per_step is None
     reference = Reference.of(values["prompt"], 1e-6)

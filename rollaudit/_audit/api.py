@@ -133,7 +133,7 @@ def audit(
     layout = (
         Layout.of(encoded)
         if groups is None
-        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.first_row)
+        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step)
     )
     reference_values = Reference.of(values[reference_name], tol)
     scheme_tallies = tallies(values, reference_values, layout, tol)

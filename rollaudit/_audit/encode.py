@@ -234,14 +234,14 @@ class Encoded:
         # A first step unlike the last is a table of several steps: no pass to look for a single value.
         if first == column[-1].as_py() and pc.max(column).as_py() == first == pc.min(column).as_py():
             return None, np.array([first], dtype=np.int64), torch.tensor([self.rows], device=self.device)
-        values = _numpy(column, np.int64)
-        runs = contiguous_runs(values)
+        runs = contiguous_runs(column)  # piece by piece, across chunks: no combined copy of the column
         if runs is not None and bool((runs[1][1:] > runs[1][:-1]).all()):
             # Sorted steps are runs: their codes are counted off the run lengths, with no hash or sort.
             bounds, run_steps = runs
             lengths = np.diff(bounds)
             codes = torch.from_numpy(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
             return self._to_device(codes), run_steps, self._to_device(torch.from_numpy(lengths))
+        values = _numpy(column, np.int64)
         codes, _ = densify(_tensor(values))
         return self._to_device(codes), np.unique(values), None
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .encode import F64, Encoded, gather
-from .groups import group_codes, trajectory_units
+from .groups import first_ranks, group_codes, trajectory_units
 from .metric_names import METRICS
 from .schemes import Scheme
 from .tally import FLIPPED, LOST, NONZERO, NONZERO_REFERENCE, SPURIOUS, STRICT, UNDEFINED, Sums, Tally
@@ -40,6 +40,7 @@ class Groups:
     count: int  # group codes, gaps included
     present: torch.Tensor  # the codes with rows, ascending
     first_row: torch.Tensor  # per present group: a row of it
+    step: torch.Tensor  # per present group: its step code
     samples: torch.Tensor  # per present group: sample count
     trajectories: torch.Tensor  # per present group: distinct trajectories (a keyless sample is its own)
     trajectory_sizes: torch.Tensor  # per trajectory: sample count
@@ -57,9 +58,7 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
         code_of[present] = torch.arange(present.numel(), device=enc.device)
         group, count = gather(code_of, group), present.numel()
         samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
-    first_rank = torch.full((count,), enc.rows, dtype=torch.int64, device=enc.device)
-    first_rank.scatter_reduce_(0, group, enc.batch_rank, "amin")
-    first_row = enc.row_at(first_rank.index_select(0, present))
+    first_row = enc.row_at(first_ranks(enc, group, count).index_select(0, present))
     units = trajectory_units(enc, group, count)
     if units is None:
         trajectories, trajectory_sizes = samples, torch.ones(enc.rows, dtype=torch.int64, device=enc.device)
@@ -73,6 +72,7 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
         count=count,
         present=present,
         first_row=first_row,
+        step=enc.step.index_select(0, first_row),
         samples=samples.index_select(0, present),
         trajectories=trajectories.index_select(0, present),
         trajectory_sizes=trajectory_sizes,
@@ -167,7 +167,7 @@ def per_prompt(enc: Encoded, groups: Groups, tallies: dict[str, Tally], referenc
 
 def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
     """The step value of each present group."""
-    return enc.step_values[enc.step[groups.first_row].cpu().numpy()]
+    return enc.step_values[groups.step.cpu().numpy()]
 
 
 __all__ = ["METRICS", "Groups", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_of_groups"]

@@ -78,10 +78,10 @@ class Layout:
         group: torch.Tensor | None = None,
         group_count: int = 0,
         present: torch.Tensor | None = None,
-        first_row: torch.Tensor | None = None,
+        present_step: torch.Tensor | None = None,
     ) -> Layout:
-        """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with a row of it
-        in ``first_row``), or of steps alone where ``group`` is None."""
+        """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with its step code
+        in ``present_step``), or of steps alone where ``group`` is None."""
         by_step = step_segments(enc)
         lengths = enc.response_length
         weight = known_length = None
@@ -92,13 +92,12 @@ class Layout:
         if group is None:
             group_step = torch.arange(enc.steps, device=enc.device)
             return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *tokens)
-        assert present is not None and first_row is not None
+        assert present is not None and present_step is not None
         group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
         in_order = True
         if not enc.single_step:
-            steps = enc.step.index_select(0, first_row)
-            in_order = bool((steps[1:] >= steps[:-1]).all())
-            group_step[present] = steps
+            in_order = bool((present_step[1:] >= present_step[:-1]).all())
+            group_step[present] = present_step
             if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
                 group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
@@ -202,6 +201,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
     index, pair = layout.buffer("index", size, torch.int64), layout.buffer("pair", size, torch.int8)
     above, below = layout.buffer("above", size, torch.bool), layout.buffer("below", size, torch.bool)
+    flipped_rows = layout.buffer("flipped", size, torch.bool)
     ones = layout.buffer("ones", size, F64).fill_(1.0)
     # Counts in float64 (exact below 2^53), in one buffer zeroed for each scheme.
     counts = layout.buffer("counts", layout.group_count * CODES, F64).zero_()
@@ -214,37 +214,35 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     itself = everywhere and scheme is reference.values
     for piece in layout.pieces(rows):
         n = piece.rows.stop - piece.rows.start
-        s = scheme[piece.rows]
-        if itself:
-            place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
-            place.add_(reference.sign[piece.rows], alpha=3)
-            counts.scatter_add_(0, place, ones[:n])
-            group_advantage.scatter_add_(0, layout.group[piece.rows], s)
-            continue
-        r = reference.values[piece.rows]
+        s, r = scheme[piece.rows], reference.values[piece.rows]
         defined = None
         if not everywhere:
             defined = ~(torch.isnan(s) | torch.isnan(r))
             s, r = torch.where(defined, s, 0.0), torch.where(defined, r, 0.0)
         # The row's place in the counts: 10 x its group + the pair code, 3 x (the scheme's sign + 1) + the
         # reference's sign + 1, the scheme's sign being above minus below the zero band.
-        is_above = torch.gt(s, tol, out=above[:n]).view(torch.int8)
-        is_below = torch.lt(s, -tol, out=below[:n]).view(torch.int8)
+        place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
+        if itself:
+            place.add_(reference.sign[piece.rows], alpha=3)
+        else:
+            is_above = torch.gt(s, tol, out=above[:n]).view(torch.int8)
+            is_below = torch.lt(s, -tol, out=below[:n]).view(torch.int8)
+            place.add_(is_above, alpha=3).sub_(is_below, alpha=3)
+            if defined is not None:  # left out: pair code 9 of its group
+                torch.where(defined, place, layout.group[piece.rows] * CODES + UNDEFINED, out=place)
+        counts.scatter_add_(0, place, ones[:n])
+        group_advantage.scatter_add_(0, layout.group[piece.rows], s)
+        if itself:
+            continue
         if token_lengths:
             signs = torch.sub(is_above, is_below, out=pair[:n])
-            flipped = torch.ne(signs, reference.sign[piece.rows], out=layout.buffer("flipped", n, torch.bool))
+            flipped = torch.ne(signs, reference.sign[piece.rows], out=flipped_rows[:n])
             if defined is not None:
                 flipped &= defined
             known_length = layout.known_length[piece.rows]
             steps.add_sums(floats["token_flips"], torch.mul(known_length, flipped, out=product[:n]), piece)
             if defined is not None:
                 steps.add_sums(floats["token_compared"], torch.mul(known_length, defined, out=product[:n]), piece)
-        place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
-        place.add_(is_above, alpha=3).sub_(is_below, alpha=3)
-        if defined is not None:  # left out: pair code 9 of its group
-            torch.where(defined, place, layout.group[piece.rows] * CODES + UNDEFINED, out=place)
-        counts.scatter_add_(0, place, ones[:n])
-        group_advantage.scatter_add_(0, layout.group[piece.rows], s)
         difference = torch.sub(s, r, out=product[:n]).abs_()
         steps.add_sums(floats["abs_diff"], difference, piece)
         steps.raise_maxima(max_abs, difference, piece)
