@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
+from collections import Counter
 
 import pandas as pd
 import pyarrow as pa
@@ -115,6 +117,26 @@ def test_per_step_and_per_prompt_match_oracle(rows, piece, most_spans, in_step_o
             _assert_value(table.loc[key, column], value, (key, column))
     sizes = sorted(entry["samples"] for entry in per_prompt.values())
     assert report.histograms["samples_per_prompt"] == {size: sizes.count(size) for size in sorted(set(sizes))}
+    trajectories = sorted(entry["trajectories"] for entry in per_prompt.values())
+    assert report.histograms["trajectories_per_prompt"] == {n: trajectories.count(n) for n in sorted(set(trajectories))}
+    members = Counter((row["step"], row["prompt"], row["trajectory"]) for row in rows)
+    per_trajectory = Counter(members.values())
+    assert report.histograms["samples_per_trajectory"] == dict(sorted(per_trajectory.items()))
+    # Per step, the prompt groups' sizes, one step at a time.
+    assert list(report.step_groups.index) == sorted({step for step, _ in per_prompt})
+    for step, got in report.step_groups.iterrows():
+        step_sizes = [entry["samples"] for (at, _), entry in per_prompt.items() if at == step]
+        expected = {
+            "prompts": len(step_sizes),
+            "samples": sum(step_sizes),
+            "trajectories": sum(entry["trajectories"] for (at, _), entry in per_prompt.items() if at == step),
+            "smallest_group": min(step_sizes),
+            "median_group": statistics.median(step_sizes),
+            "largest_group": max(step_sizes),
+            "group_size_std": statistics.pstdev(step_sizes),
+        }
+        for column, value in expected.items():
+            assert got[column] == pytest.approx(value, rel=1e-12, abs=1e-12), (step, column)
 
 
 def seed_like_table():
@@ -249,13 +271,74 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     values = advantages_of(enc, {name: rollaudit.get_scheme(name) for name in ("batch", "prompt")})
     groups = prompt_groups(enc)
     reversed_codes = groups.count - 1 - groups.group
-    ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.step)
+    ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.step, groups.largest)
     unordered = Layout.of(
-        enc, reversed_codes, groups.count, (groups.count - 1 - groups.present).flip(0), groups.step.flip(0)
+        enc,
+        reversed_codes,
+        groups.count,
+        (groups.count - 1 - groups.present).flip(0),
+        groups.step.flip(0),
+        groups.largest,
     )
     assert ordered.groups_per_step is not None and unordered.groups_per_step is None
     reference = Reference.of(values["prompt"], 1e-6)
     for name in ("batch", "prompt"):
         expected, got = tally(values[name], reference, ordered, 1e-6), tally(values[name], reference, unordered, 1e-6)
-        assert torch.equal(expected.per_step.counts, got.per_step.counts) and expected.per_step.counts.sum() == 12
-        assert torch.equal(expected.group_categories, got.group_categories.flip(1))
+        assert torch.equal(expected.per_step.counts, got.per_step.counts)
+        assert expected.per_step.counts[0].tolist() == [6, 4, 2]  # compared, per step
+        assert torch.equal(expected.group_words, got.group_words.flip(1))
+
+
+@pytest.mark.parametrize("largest", [1, 3, 4095, 4096, 2**21 - 1, 2**21, 2**31, 2**62])
+def test_packed_class_counts_are_exact_at_every_field_width(largest):
+    """A group's class counts packed into int64 words (one word below 4096 samples a group, more above) unpack to
+    the plain counts, also for a group of the largest size whose every sample is of one pair code (each field
+    full, no carry into the next)."""
+    from rollaudit._audit.tally import _CLASS_CODES, CLASSES, CODES, Packing
+
+    packing = Packing.of(largest, torch.device("cpu"))
+    assert packing.table.shape[0] == (1 if largest < 4096 else -(-len(CLASSES) // (63 // largest.bit_length())))
+    generator = torch.Generator().manual_seed(largest % 1000)
+    # Samples per pair code of each group: random groups of at most ``largest`` samples, then one full group per code.
+    shares = torch.rand(64, CODES, generator=generator, dtype=torch.float64)
+    sizes = torch.randint(0, min(largest, 2**52) + 1, (64, 1), generator=generator, dtype=torch.int64)
+    histogram = (shares / shares.sum(1, keepdim=True) * sizes).floor().to(torch.int64)
+    histogram = torch.cat([histogram, torch.eye(CODES, dtype=torch.int64) * largest])
+    # What the scatters add up: per word, each sample's table entry, summed over the group (exact in int64).
+    words = torch.stack([(histogram * table).sum(1) for table in packing.table])
+    for name, codes in zip(CLASSES, _CLASS_CODES, strict=True):
+        assert torch.equal(packing.unpack(words, name), histogram[:, codes].sum(1)), name
+
+
+def test_a_group_of_more_than_4095_samples_is_counted_exactly():
+    """Past 4095 samples a group's counts take two packed words: every metric and prompt row still match the
+    oracle, with NaN rewards left out. Long trajectories of reward 1 pull the sample mean above the trajectory
+    mean, so rewards of 0.5 between them flip strictly (a class in the second word)."""
+    import random
+
+    generator = random.Random(7)
+    rows = []
+    for prompt, size in enumerate([4100, 3, 1, 40]):
+        start = len(rows)
+        while len(rows) - start < size:
+            reward = generator.choice([0.0, 0.5, 1.0] if prompt == 0 else [0.0, 1.0, 0.5, math.nan])
+            trajectory = len(rows)
+            for _ in range(min(5 if reward == 1.0 else 1, size - (len(rows) - start))):
+                rows.append(
+                    {"reward": reward, "prompt": prompt, "trajectory": trajectory, "step": 0, "response_length": None}
+                )
+    for position, row in enumerate(rows):
+        row["position"] = position
+    schemes = ["batch", "prompt", "trajectory"]
+    report = rollaudit.audit(table_of(rows), schemes=schemes, reference="prompt", device="cpu")
+    assert report.histograms["samples_per_prompt"] == {1: 1, 3: 1, 40: 1, 4100: 1}
+    assert report.summary.loc["trajectory", "strict_flip_rate"] > 0
+    per_step, per_prompt = _oracle_per_step_and_prompt(rows, schemes)
+    for (step, name), expected in per_step.items():
+        for metric, value in expected.items():
+            _assert_value(report.per_step.loc[(step, name), metric], value, (step, name, metric))
+            _assert_value(report.summary.loc[name, metric], value, (name, metric))
+    table = report.per_prompt.set_index(["step", "prompt"])
+    for key, expected in per_prompt.items():
+        for column, value in expected.items():
+            _assert_value(table.loc[key, column], value, (key, column))

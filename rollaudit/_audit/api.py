@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -100,7 +101,7 @@ def audit(
     2
     """
     from .metric_names import COUNT_METRICS, METRICS
-    from .metrics import histograms, metrics_of, per_prompt, prompt_groups, step_of_groups
+    from .metrics import histograms, metrics_of, per_prompt, prompt_groups, step_group_sizes, step_of_groups
     from .tally import Layout, Reference, tallies
 
     started = time.perf_counter()
@@ -133,7 +134,7 @@ def audit(
     layout = (
         Layout.of(encoded)
         if groups is None
-        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step)
+        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
     )
     reference_values = Reference.of(values[reference_name], tol)
     scheme_tallies = tallies(values, reference_values, layout, tol)
@@ -160,14 +161,16 @@ def audit(
         group_histograms = histograms(groups)
         columns = per_prompt(encoded, groups, scheme_tallies, reference_name)
         keys = table.column(PROMPT).take(pa.array(groups.first_row.cpu().numpy()))
-        # Keys as numpy where none is null (no Python object per prompt); a keyless group's key is None.
-        keys = keys.to_numpy() if keys.null_count == 0 else keys.to_pylist()
-        prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns})
-        whole = [name for name in prompts.columns if name.split(":")[0] in ("flips", "spurious")]
-        prompts[whole] = prompts[whole].astype("Int64")  # counts; NA where nothing was compared
+        # Keys as numpy where none is null (no Python object per prompt), a copy of Arrow's read-only view; a
+        # keyless group's key is None.
+        keys = np.array(keys.to_numpy()) if keys.null_count == 0 else keys.to_pylist()
+        # The columns are this audit's own arrays: the frame takes them as they are (no copy into 2-D blocks).
+        prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns}, copy=False)
         info["prompts"] = len(prompts)
         info["trajectories"] = int(groups.trajectories.sum())
-    step_groups = _step_groups(prompts)
+    step_groups = pd.DataFrame() if groups is None else pd.DataFrame(step_group_sizes(encoded, groups))
+    if not step_groups.empty:
+        step_groups = step_groups.set_index("step")
     from .kernel import scheme_notes
 
     notes = {name: scheme_notes(encoded, scheme) for name, scheme in resolved.items()}
@@ -190,24 +193,6 @@ def audit(
             if keep_advantages
             else None
         ),
-    )
-
-
-def _step_groups(prompts: pd.DataFrame) -> pd.DataFrame:
-    """Per step: how many prompts, samples and trajectories, and how uneven the prompt groups are."""
-    if prompts.empty:
-        return pd.DataFrame()
-    sizes = prompts.groupby("step")["samples"]
-    return pd.DataFrame(
-        {
-            "prompts": sizes.size(),
-            "samples": sizes.sum(),
-            "trajectories": prompts.groupby("step")["trajectories"].sum(),
-            "smallest_group": sizes.min(),
-            "median_group": sizes.median(),
-            "largest_group": sizes.max(),
-            "group_size_std": sizes.std(ddof=0),
-        }
     )
 
 

@@ -73,6 +73,11 @@ def gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.index_select(values, 0, index, out=fresh(index.numel(), values.dtype, values.device))
 
 
+def any_nan(values: torch.Tensor) -> bool:
+    """Whether ``values`` hold a NaN; a finite sum proves none without a mask pass."""
+    return not bool(torch.isfinite(values.sum())) and bool(torch.isnan(values).any())
+
+
 def choose_device(device: str | torch.device = "auto") -> torch.device:
     """``auto`` is CUDA when available, else the CPU; chosen once per call."""
     if isinstance(device, torch.device):

@@ -168,6 +168,16 @@ class Units:
         self.group = fresh(count, torch.int64, enc.device).fill_(group_count).scatter_(0, of_row, groups)
 
     @cached_property
+    def segments(self) -> Segments:
+        """The units as the members of their groups (made once: the kernel and the metrics share its sizes)."""
+        return Segments(self.group, self.group_count + 1, self.count, self.enc.device)
+
+    @cached_property
+    def sizes(self) -> torch.Tensor:
+        """Samples per unit code (0 for a code without rows)."""
+        return torch.bincount(self.of_row, minlength=self.count)
+
+    @cached_property
     def first_row(self) -> torch.Tensor:
         """Each unit's first row in batch order (any row for an empty code: never read)."""
         first = first_ranks(self.enc, self.of_row, self.count)

@@ -211,7 +211,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     else:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
-        groups = Segments(units.group, group_count + 1, units.count, enc.device)
+        groups = units.segments
     value = _rounded(value, scheme)
     reduced = scheme.dtype != "float64"
 

@@ -12,20 +12,19 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from .encode import F64, Encoded, gather
-from .groups import first_ranks, group_codes, trajectory_units
+from .groups import first_ranks, group_codes, segments_of, trajectory_units
 from .metric_names import METRICS
 from .schemes import Scheme
-from .tally import FLIPPED, LOST, NONZERO, NONZERO_REFERENCE, SPURIOUS, STRICT, UNDEFINED, Sums, Tally
+from .tally import Sums, Tally, named_counts
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
-    """numerator / denominator, NaN (undefined) where the denominator is 0."""
-    return torch.where(
-        denominator > 0, numerator / denominator.clamp(min=1e-300), torch.full_like(numerator, torch.nan)
-    )
+    """numerator / denominator of a non-negative denominator, NaN (undefined) where it is 0."""
+    return torch.div(numerator, denominator).masked_fill_(denominator <= 0, math.nan)
 
 
 @dataclass(frozen=True)
@@ -42,62 +41,62 @@ class Groups:
     first_row: torch.Tensor  # per present group: a row of it
     step: torch.Tensor  # per present group: its step code
     samples: torch.Tensor  # per present group: sample count
+    largest: int  # the most samples of a group
     trajectories: torch.Tensor  # per present group: distinct trajectories (a keyless sample is its own)
-    trajectory_sizes: torch.Tensor  # per trajectory: sample count
+    trajectory_size_counts: torch.Tensor  # per sample count: trajectories of that size (index 0 unused)
 
 
 def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
     """The (step, prompt) groups the ``prompt`` scheme uses (slices of n for keyless steps), with their
     trajectories: the scheme's own codes and units, never coded again."""
     group, count = group_codes(enc, Scheme(groups="prompt", n=n, name="per-prompt"))
-    samples = torch.bincount(group, minlength=count)
-    present = torch.nonzero(samples).flatten()
+    # The sizes the kernel counted for the prompt scheme (shared segments): no second count over the rows.
+    samples = segments_of(enc, group, count).sizes.to(torch.int64)
+    present = torch.arange(count, device=enc.device) if bool((samples > 0).all()) else torch.nonzero(samples).flatten()
     if count > 2 * present.numel() + 1024:
         # Sparse codes (keys with wide gaps): made dense, so that per-group counts stay as small as the groups.
         code_of = torch.full((count,), -1, dtype=torch.int64, device=enc.device)
         code_of[present] = torch.arange(present.numel(), device=enc.device)
         group, count = gather(code_of, group), present.numel()
         samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
-    first_row = enc.row_at(first_ranks(enc, group, count).index_select(0, present))
+    every = present.numel() == count
+    ranks = first_ranks(enc, group, count)
+    first_row = enc.row_at(ranks if every else ranks.index_select(0, present))
     units = trajectory_units(enc, group, count)
-    if units is None:
-        trajectories, trajectory_sizes = samples, torch.ones(enc.rows, dtype=torch.int64, device=enc.device)
+    if units is None:  # every sample a trajectory of its own
+        trajectories = samples
+        size_counts = torch.tensor([0, enc.rows], dtype=torch.int64, device=enc.device)
     else:
-        # Unit codes may leave gaps: an empty unit sits in group ``count`` and has no rows.
-        trajectories = torch.bincount(units.group, minlength=count + 1)[:count]
-        unit_sizes = torch.bincount(units.of_row, minlength=units.count)
-        trajectory_sizes = unit_sizes[unit_sizes > 0]
+        # Unit codes may leave gaps: an empty unit sits in group ``count`` and has no rows (size 0).
+        trajectories = units.segments.sizes[:count].to(torch.int64)
+        size_counts = torch.bincount(units.sizes)
     return Groups(
         group=group,
         count=count,
         present=present,
         first_row=first_row,
         step=enc.step.index_select(0, first_row),
-        samples=samples.index_select(0, present),
-        trajectories=trajectories.index_select(0, present),
-        trajectory_sizes=trajectory_sizes,
+        samples=samples if every else samples.index_select(0, present),
+        largest=int(samples.max()) if count else 0,
+        trajectories=trajectories if every else trajectories.index_select(0, present),
+        trajectory_size_counts=size_counts,
     )
 
 
 def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
     """Every metric, one value per segment (NaN = undefined), from the sums."""
-    counts = sums.counts.to(F64)
-
-    def codes(chosen: list[int]) -> torch.Tensor:
-        return counts[:, chosen].sum(1)
-
-    compared = counts[:, :UNDEFINED].sum(1)
+    counts = named_counts(sums.counts)
+    compared, nonzero, nonzero_reference = counts["compared"], counts["nonzero"], counts["nonzero_reference"]
     floats = sums.floats
-    nonzero, nonzero_reference = codes(NONZERO), codes(NONZERO_REFERENCE)
     result = {
         "compared": compared,
-        "undefined": counts[:, UNDEFINED],
-        "sign_flip_rate": _ratio(codes(FLIPPED), compared),
-        "strict_flip_rate": _ratio(codes(STRICT), compared),
+        "undefined": sums.samples - compared,
+        "sign_flip_rate": _ratio(counts["flipped"], compared),
+        "strict_flip_rate": _ratio(counts["strict"], compared),
         "nonzero": nonzero,
         "nonzero_reference": nonzero_reference,
-        "spurious_nonzero": codes(SPURIOUS),
-        "lost_signal": codes(LOST),
+        "spurious_nonzero": counts["spurious"],
+        "lost_signal": counts["lost"],
         "max_abs_diff": torch.where(compared > 0, sums.max_abs, torch.full_like(sums.max_abs, torch.nan)),
         "mean_abs_diff": _ratio(floats["abs_diff"], compared),
         "nonzero_inflation": _ratio(nonzero, nonzero_reference),
@@ -111,58 +110,99 @@ def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
     return {name: result[name].cpu().numpy() for name in METRICS}
 
 
-def histogram(sizes: torch.Tensor) -> dict[int, int]:
-    """{size: how many} in ascending size."""
-    if sizes.numel() == 0:
-        return {}
-    counts = torch.bincount(sizes.cpu())
-    values = torch.nonzero(counts).flatten()
+def histogram(counts: torch.Tensor) -> dict[int, int]:
+    """{size: how many} in ascending size, from how many there are of each size (size 0 left out)."""
+    counts = counts.cpu()
+    values = torch.nonzero(counts[1:]).flatten() + 1
     return {int(value): int(count) for value, count in zip(values.tolist(), counts[values].tolist(), strict=True)}
 
 
 def histograms(groups: Groups) -> dict[str, dict[int, int]]:
     """The spec's three group-size histograms."""
     return {
-        "samples_per_prompt": histogram(groups.samples),
-        "trajectories_per_prompt": histogram(groups.trajectories),
-        "samples_per_trajectory": histogram(groups.trajectory_sizes),
+        "samples_per_prompt": histogram(torch.bincount(groups.samples)),
+        "trajectories_per_prompt": histogram(torch.bincount(groups.trajectories)),
+        "samples_per_trajectory": histogram(groups.trajectory_size_counts),
     }
 
 
-def per_prompt(enc: Encoded, groups: Groups, tallies: dict[str, Tally], reference: str) -> dict[str, np.ndarray]:
+def per_prompt(
+    enc: Encoded, groups: Groups, tallies: dict[str, Tally], reference: str
+) -> dict[str, np.ndarray | pd.api.extensions.ExtensionArray]:
     """One row per (step, prompt): size, trajectories, reward mean, and per scheme its mean advantage,
-    sign flips and spurious advantages against the reference, from each scheme's tally."""
+    sign flips and spurious advantages against the reference (nullable integers), from each scheme's tally."""
     present, count = groups.present, groups.count
     every = present.numel() == count
 
     def of_present(per_code: torch.Tensor) -> torch.Tensor:
         return per_code if every else per_code.index_select(-1, present)
 
+    segments = segments_of(enc, groups.group, count)
     if enc.all_finite:
-        reward_sum, finite_count = torch.bincount(groups.group, weights=enc.reward, minlength=count), None
+        reward_sum, reward_count = segments.sum(enc.reward), groups.samples.to(F64)
     else:
-        safe = torch.where(enc.finite, enc.reward, 0.0)
-        reward_sum = torch.bincount(groups.group, weights=safe, minlength=count)
-        finite_count = of_present(torch.bincount(groups.group[enc.finite], minlength=count))
+        reward_sum = segments.sum(torch.where(enc.finite, enc.reward, 0.0))
+        reward_count = of_present(segments.sum(enc.finite))
     columns: dict[str, torch.Tensor] = {
         "samples": groups.samples,
         "trajectories": groups.trajectories,
-        "mean_reward": _ratio(
-            of_present(reward_sum), (groups.samples if finite_count is None else finite_count).to(F64)
-        ),
+        "mean_reward": _ratio(of_present(reward_sum), reward_count),
     }
-    *_, nonzero_reference = of_present(tallies[reference].group_categories)
-    columns["no_signal"] = nonzero_reference == 0
+    columns["no_signal"] = of_present(tallies[reference].group_count("nonzero_reference")) == 0
+    counts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    order = list(columns)
     for name, scheme in tallies.items():
-        compared, flipped, spurious, _ = of_present(scheme.group_categories)
+        compared = of_present(scheme.group_count("compared"))
         columns[f"mean_advantage:{name}"] = _ratio(of_present(scheme.group_advantage), compared)
+        order.append(f"mean_advantage:{name}")
         if name == reference:
             continue
-        # A prompt with no sample defined on both sides (no recorded value there) has no count: NaN, not 0.
+        # A prompt with no sample defined on both sides (no recorded value there) has no count: NA, not 0.
         nothing = compared == 0
-        columns[f"flips:{name}"] = flipped.masked_fill(nothing, math.nan)
-        columns[f"spurious:{name}"] = spurious.masked_fill(nothing, math.nan)
-    return {name: values.cpu().numpy() for name, values in columns.items()}
+        counts[f"flips:{name}"] = of_present(scheme.group_count("flipped")), nothing
+        counts[f"spurious:{name}"] = of_present(scheme.group_count("spurious")), nothing
+        order += [f"flips:{name}", f"spurious:{name}"]
+    result = {name: values.cpu().numpy() for name, values in columns.items()}
+    for name, (values, missing) in counts.items():
+        result[name] = pd.arrays.IntegerArray(values.cpu().numpy(), missing.cpu().numpy())
+    return {name: result[name] for name in order}
+
+
+def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
+    """Per step that has prompt groups (``"step"``: its value): how many prompts, samples and trajectories, the
+    smallest, median and largest group, and the std of the group sizes (ddof 0)."""
+    step, sizes = groups.step, groups.samples
+    if sizes.numel() == 0:
+        return {}
+    # One sort by (step, size): each step's groups become a run, smallest first, so order statistics are
+    # picked by position.
+    span = int(sizes.max()) + 1
+    by_size = torch.sort(step * span + sizes).values.remainder_(span)
+    prompts = torch.bincount(step, minlength=enc.steps)
+    ends = torch.cumsum(prompts, 0)
+    starts = (ends - prompts).clamp_(max=by_size.numel() - 1)  # a step without groups reads any; dropped below
+
+    def at(positions: torch.Tensor) -> torch.Tensor:
+        return by_size.index_select(0, positions)
+
+    def per_step(values: torch.Tensor) -> torch.Tensor:
+        return torch.bincount(step, weights=values.to(F64), minlength=enc.steps)
+
+    samples = per_step(sizes)
+    count = prompts.clamp(min=1)
+    deviation = sizes.to(F64) - gather(samples / count, step)
+    columns = {
+        "step": torch.from_numpy(enc.step_values).to(sizes.device),
+        "prompts": prompts,
+        "samples": samples.to(torch.int64),
+        "trajectories": per_step(groups.trajectories).to(torch.int64),
+        "smallest_group": at(starts),
+        "median_group": (at(starts + (count - 1) // 2) + at(starts + count // 2)).to(F64) / 2,
+        "largest_group": at((ends - 1).clamp_(min=0)),
+        "group_size_std": (per_step(deviation.square_()) / count).sqrt_(),
+    }
+    has = prompts > 0
+    return {name: values[has].cpu().numpy() for name, values in columns.items()}
 
 
 def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
@@ -170,4 +210,7 @@ def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
     return enc.step_values[groups.step.cpu().numpy()]
 
 
-__all__ = ["METRICS", "Groups", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_of_groups"]
+__all__ = [
+    "METRICS", "Groups", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_group_sizes",
+    "step_of_groups",
+]  # fmt: skip

@@ -1,8 +1,9 @@
 """The metric pass: one sweep over a scheme's advantages that counts and sums what every metric needs.
 
 Per sample, a code for its pair of signs (the scheme's and the reference's,
-or undefined where either is NaN) is counted per prompt group; the counts per
-step and per run are sums of those. Per step, a few float sums (absolute
+or undefined where either is NaN) adds to five counts of its prompt group,
+packed into one int64 word (one scatter for all five); the counts per step
+and per run are sums of those. Per step, a few float sums (absolute
 differences, their largest, the products of the cosine). The sweep goes a
 piece of rows at a time through buffers made once, so that no step of it
 writes fresh memory (on the CPU a fresh 8 MB temporary costs ten times the
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .encode import F64, Encoded, fresh
+from .encode import F64, Encoded, any_nan, fresh
 from .groups import Piece, Segments, step_segments
 
 # Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
@@ -37,12 +38,11 @@ STRICT = _codes_where(lambda scheme, reference: scheme * reference == -1)
 NONZERO = _codes_where(lambda scheme, reference: scheme != 0)
 NONZERO_REFERENCE = _codes_where(lambda scheme, reference: reference != 0)
 SPURIOUS = _codes_where(lambda scheme, reference: scheme != 0 and reference == 0)
-LOST = _codes_where(lambda scheme, reference: reference != 0 and scheme == 0)
-# Per group, the categories a prompt's row shows, as sums of pair codes: one matrix product of the counts.
-_CATEGORIES = torch.tensor(
-    [[code in chosen for chosen in (COMPARED, FLIPPED, SPURIOUS, NONZERO_REFERENCE)] for code in range(CODES)],
-    dtype=torch.float64,
-)
+# The counts every metric is made of, per group: each a sum over pair codes (the first four are a prompt's row).
+# The others follow: lost = flipped - spurious - strict, nonzero = nonzero_reference + spurious - lost, undefined =
+# samples - compared.
+CLASSES = ("compared", "flipped", "spurious", "nonzero_reference", "strict")
+_CLASS_CODES = (COMPARED, FLIPPED, SPURIOUS, NONZERO_REFERENCE, STRICT)
 FLOATS = ("abs_diff", "cross", "scheme_square", "reference_square", "token_flips", "token_compared")
 
 # Rows per piece on the CPU: its buffers (8 MB of float64) stay warm from piece to piece.
@@ -52,6 +52,41 @@ PIECE = 1 << 20
 def sign(values: torch.Tensor, tol: float) -> torch.Tensor:
     """-1, 0 or +1 with a zero band: ``|x| <= tol`` is 0 (NaN is 0)."""
     return (values > tol).to(torch.int8) - (values < -tol).to(torch.int8)
+
+
+def named_counts(counts: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Counts by class along the first axis, by name, with the two they imply: ``lost`` and ``nonzero``."""
+    named = dict(zip(CLASSES, counts, strict=True))
+    named["lost"] = named["flipped"] - named["spurious"] - named["strict"]
+    named["nonzero"] = named["nonzero_reference"] + named["spurious"] - named["lost"]
+    return named
+
+
+@dataclass(frozen=True)
+class Packing:
+    """A group's class counts packed into int64 words, ``bits`` apiece: no group has 2^bits samples, so no count
+    carries into the next, and one scatter per word adds all of a sample's counts (one word for groups under
+    4096 samples)."""
+
+    bits: int
+    per_word: int
+    table: torch.Tensor  # (words, pair codes) int64: what a sample of each pair code adds to each word
+
+    @classmethod
+    def of(cls, largest_group: int, device: torch.device) -> Packing:
+        bits = max(1, int(largest_group).bit_length())
+        per_word = 63 // bits
+        table = torch.zeros(-(-len(CLASSES) // per_word), CODES, dtype=torch.int64)
+        for index, codes in enumerate(_CLASS_CODES):
+            word, place = divmod(index, per_word)
+            table[word, codes] += 1 << (bits * place)
+        return cls(bits, per_word, table.to(device))
+
+    def unpack(self, words: torch.Tensor, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One class's int64 counts per group from packed sums ``(words, groups)``."""
+        word, place = divmod(CLASSES.index(name), self.per_word)
+        shifted = torch.bitwise_right_shift(words[word], self.bits * place, out=out)
+        return shifted.bitwise_and_((1 << self.bits) - 1)
 
 
 @dataclass
@@ -68,6 +103,8 @@ class Layout:
     weight: torch.Tensor | None  # per row: its response length, 1 where unknown; None without lengths
     known_length: torch.Tensor | None  # per row: its response length, 0 where unknown
     token_lengths: bool  # whether any response length is known
+    packing: Packing
+    step_samples: torch.Tensor  # float64 per step: its samples
     _buffers: dict = field(default_factory=dict, repr=False)
     _known_tokens: torch.Tensor | None = field(default=None, repr=False)
 
@@ -79,19 +116,30 @@ class Layout:
         group_count: int = 0,
         present: torch.Tensor | None = None,
         present_step: torch.Tensor | None = None,
+        largest_group: int | None = None,
     ) -> Layout:
         """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with its step code
-        in ``present_step``), or of steps alone where ``group`` is None."""
+        in ``present_step``; no group has more than ``largest_group`` samples), or of steps alone where ``group``
+        is None."""
         by_step = step_segments(enc)
         lengths = enc.response_length
         weight = known_length = None
         if lengths is not None:
             known = ~torch.isnan(lengths)
             weight, known_length = torch.where(known, lengths, 1.0), torch.where(known, lengths, 0.0)
-        tokens = weight, known_length, lengths is not None and bool(known.any())
+        if group is None:
+            largest_group = int(enc.step_sizes.max()) if enc.rows else 0
+        assert largest_group is not None, "prompt groups need their largest size (the counts' field width)"
+        shared = (
+            weight,
+            known_length,
+            lengths is not None and bool(known.any()),
+            Packing.of(largest_group, enc.device),
+            enc.step_sizes.to(F64),
+        )
         if group is None:
             group_step = torch.arange(enc.steps, device=enc.device)
-            return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *tokens)
+            return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *shared)
         assert present is not None and present_step is not None
         group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
         in_order = True
@@ -101,7 +149,7 @@ class Layout:
             if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
                 group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
-        return cls(group, group_count, group_step, by_step, enc.steps, per_step, *tokens)
+        return cls(group, group_count, group_step, by_step, enc.steps, per_step, *shared)
 
     def buffer(self, name: str, rows: int, dtype: torch.dtype) -> torch.Tensor:
         """A buffer of at least ``rows`` elements, made once per layout, name and thread (passes run side by side)."""
@@ -116,11 +164,11 @@ class Layout:
         return self.by_step.pieces(rows, min(PIECE, rows) if self.group.device.type == "cpu" else rows)
 
     def per_step(self, per_group: torch.Tensor) -> torch.Tensor:
-        """Per-group rows (float64) summed per step."""
+        """Float64 values per group code summed per step."""
         if self.groups_per_step is None:
-            total = torch.zeros(self.steps, *per_group.shape[1:], dtype=per_group.dtype, device=per_group.device)
+            total = torch.zeros(self.steps, dtype=F64, device=per_group.device)
             return total.index_add_(0, self.group_step, per_group)
-        return torch.segment_reduce(per_group, "sum", lengths=self.groups_per_step, axis=0)
+        return torch.segment_reduce(per_group, "sum", lengths=self.groups_per_step)
 
     def known_tokens(self) -> torch.Tensor:
         """The tokens of known response length per step, summed once."""
@@ -139,14 +187,14 @@ class Reference:
 
     values: torch.Tensor
     sign: torch.Tensor  # int8 per row
-    code: torch.Tensor  # int8 per row: its sign + 4, the reference's share of the pair code
+    code: torch.Tensor  # int8 per row: its sign + 4, the reference's share of the pair code (3 x the scheme's sign)
     any_nan: bool
     _squares: tuple[Layout, torch.Tensor] | None = None
 
     @classmethod
     def of(cls, values: torch.Tensor, tol: float) -> Reference:
         signs = sign(values, tol)
-        return cls(values, signs, signs + 4, bool(torch.isnan(values).any()))
+        return cls(values, signs, signs + 4, any_nan(values))
 
     def squares(self, layout: Layout) -> torch.Tensor:
         """Token-weighted sum of the squared values per step (every sample compared), made once per layout."""
@@ -164,9 +212,11 @@ class Reference:
 
 @dataclass(frozen=True)
 class Sums:
-    """What every metric is made of, per segment (a step, or the whole run): samples by sign pair, sums of floats."""
+    """What every metric is made of, per segment (a step, or the whole run): samples, counts by class, sums of
+    floats."""
 
-    counts: torch.Tensor  # (segments, 10) samples per sign pair code
+    samples: torch.Tensor  # per segment
+    counts: torch.Tensor  # (classes, segments): float64 counts in ``CLASSES`` order
     floats: dict[str, torch.Tensor]  # per segment: abs_diff, cross, scheme_square, reference_square, tokens...
     max_abs: torch.Tensor
     token_lengths: bool  # whether any response length is known
@@ -174,7 +224,8 @@ class Sums:
     def whole(self) -> Sums:
         """The same sums for all segments as one (the whole run)."""
         return Sums(
-            self.counts.sum(0, keepdim=True),
+            self.samples.sum(0, keepdim=True),
+            self.counts.sum(1, keepdim=True),
             {name: values.sum(0, keepdim=True) for name, values in self.floats.items()},
             self.max_abs.amax(0, keepdim=True) if self.max_abs.numel() else torch.zeros(1, dtype=F64),
             self.token_lengths,
@@ -183,12 +234,17 @@ class Sums:
 
 @dataclass(frozen=True)
 class Tally:
-    """One scheme's pass: its sums per step, and per group code the samples in each category and the sum of the
+    """One scheme's pass: its sums per step, and per group code its counts by class (packed) and the sum of the
     advantages compared."""
 
     per_step: Sums
-    group_categories: torch.Tensor  # (4, group codes): samples compared, flipped, spurious, non-zero reference
+    group_words: torch.Tensor  # (words, group codes) int64: the class counts, packed
+    packing: Packing
     group_advantage: torch.Tensor  # per group code
+
+    def group_count(self, name: str) -> torch.Tensor:
+        """Int64 per group code: its samples of one of ``CLASSES``."""
+        return self.packing.unpack(self.group_words, name)
 
 
 def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float) -> Tally:
@@ -196,15 +252,15 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     rows, device = scheme.numel(), scheme.device
     token_lengths = layout.token_lengths
     # Without a NaN on either side every sample is compared: no mask, and the reference's squares are shared.
-    everywhere = not reference.any_nan and not bool(torch.isnan(scheme).any())
+    everywhere = not reference.any_nan and not any_nan(scheme)
     size = min(PIECE, rows) if device.type == "cpu" else rows
     product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
-    index, pair = layout.buffer("index", size, torch.int64), layout.buffer("pair", size, torch.int8)
+    signs_buffer, pair_buffer = layout.buffer("signs", size, torch.int8), layout.buffer("pair", size, torch.int8)
+    index, packed = layout.buffer("index", size, torch.int32), layout.buffer("packed", size, torch.int64)
     above, below = layout.buffer("above", size, torch.bool), layout.buffer("below", size, torch.bool)
     flipped_rows = layout.buffer("flipped", size, torch.bool)
-    ones = layout.buffer("ones", size, F64).fill_(1.0)
-    # Counts in float64 (exact below 2^53), in one buffer zeroed for each scheme.
-    counts = layout.buffer("counts", layout.group_count * CODES, F64).zero_()
+    packing = layout.packing
+    words = torch.zeros(packing.table.shape[0], layout.group_count, dtype=torch.int64, device=device)
     group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
     floats = {name: torch.zeros(layout.steps, dtype=F64, device=device) for name in FLOATS}
     max_abs = torch.zeros(layout.steps, dtype=F64, device=device)
@@ -219,23 +275,24 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
         if not everywhere:
             defined = ~(torch.isnan(s) | torch.isnan(r))
             s, r = torch.where(defined, s, 0.0), torch.where(defined, r, 0.0)
-        # The row's place in the counts: 10 x its group + the pair code, 3 x (the scheme's sign + 1) + the
-        # reference's sign + 1, the scheme's sign being above minus below the zero band.
-        place = torch.add(reference.code[piece.rows], layout.group[piece.rows], alpha=CODES, out=index[:n])
+        # The pair code, 3 x (the scheme's sign + 1) + the reference's sign + 1, in int8 (a pass over int8
+        # costs a tenth of one over int64); the scheme's sign is above minus below the zero band.
         if itself:
-            place.add_(reference.sign[piece.rows], alpha=3)
+            pair = torch.add(reference.code[piece.rows], reference.sign[piece.rows], alpha=3, out=pair_buffer[:n])
         else:
             is_above = torch.gt(s, tol, out=above[:n]).view(torch.int8)
             is_below = torch.lt(s, -tol, out=below[:n]).view(torch.int8)
-            place.add_(is_above, alpha=3).sub_(is_below, alpha=3)
-            if defined is not None:  # left out: pair code 9 of its group
-                torch.where(defined, place, layout.group[piece.rows] * CODES + UNDEFINED, out=place)
-        counts.scatter_add_(0, place, ones[:n])
-        group_advantage.scatter_add_(0, layout.group[piece.rows], s)
+            signs = torch.sub(is_above, is_below, out=signs_buffer[:n])
+            pair = torch.add(reference.code[piece.rows], signs, alpha=3, out=pair_buffer[:n])
+            if defined is not None:  # left out: pair code 9
+                pair.masked_fill_(~defined, UNDEFINED)
+        group, pair_index = layout.group[piece.rows], index[:n].copy_(pair)
+        for word, table in zip(words, packing.table, strict=True):
+            word.scatter_add_(0, group, torch.index_select(table, 0, pair_index, out=packed[:n]))
+        group_advantage.scatter_add_(0, group, s)
         if itself:
             continue
         if token_lengths:
-            signs = torch.sub(is_above, is_below, out=pair[:n])
             flipped = torch.ne(signs, reference.sign[piece.rows], out=flipped_rows[:n])
             if defined is not None:
                 flipped &= defined
@@ -264,9 +321,14 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
             floats["token_compared"] = layout.known_tokens()
     if not token_lengths:
         del floats["token_flips"], floats["token_compared"]
-    group_counts = counts.view(layout.group_count, CODES)
-    per_step = Sums(layout.per_step(group_counts), floats, max_abs, token_lengths)
-    return Tally(per_step, (group_counts @ _CATEGORIES.to(device)).T, group_advantage)
+    # Per step, class by class through two buffers of one group count each.
+    shifted, counts = (
+        layout.buffer("shifted", layout.group_count, torch.int64),
+        layout.buffer("class", layout.group_count, F64),
+    )
+    step_counts = torch.stack([layout.per_step(counts.copy_(packing.unpack(words, name, shifted))) for name in CLASSES])
+    per_step = Sums(layout.step_samples, step_counts, floats, max_abs, token_lengths)
+    return Tally(per_step, words, packing, group_advantage)
 
 
 def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float) -> dict[str, Tally]:
@@ -283,6 +345,6 @@ def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layou
 
 
 __all__ = [
-    "CODES", "COMPARED", "FLIPPED", "LOST", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
-    "Layout", "Reference", "Sums", "Tally", "sign", "tallies", "tally",
+    "CLASSES", "CODES", "COMPARED", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
+    "Layout", "Packing", "Reference", "Sums", "Tally", "named_counts", "sign", "tallies", "tally",
 ]  # fmt: skip
