@@ -276,6 +276,14 @@ class Encoded:
             return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
         return codes
 
+    def step_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """The step codes of some rows (found among the step runs where there are runs: no code per row)."""
+        if self.single_step:
+            return torch.zeros_like(rows)
+        if self.step_runs is not None and "step" not in self.__dict__:
+            return torch.searchsorted(torch.cumsum(self.step_runs, 0), rows, right=True)
+        return self.step.index_select(0, rows)
+
     def key_codes(self, column: str) -> tuple[torch.Tensor, int]:
         """Compact codes of a key column (-1 where a row has no key) and how many codes there are."""
         if column not in self._keys:
@@ -330,15 +338,18 @@ class Encoded:
         return torch.bincount(self.step, minlength=self.steps)
 
     @cached_property
-    def _batch_order(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(global rank of each row in (step, position, row) order, rows in that order or None if
-        the table is already in batch order)."""
+    def _positions_are_ranks(self) -> bool:
+        """Whether the positions count 0..rows-1 in row order (one step): they are the batch ranks themselves."""
         position = self.position
         one_run = self.single_step and self.rows and int(position[0]) == 0 and int(position[-1]) == self.rows - 1
-        if one_run and bool((position[1:] > position[:-1]).all()):
-            # Strictly ascending from 0 to rows - 1: the positions are the ranks (no arange to build).
-            return position, None
-        rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
+        return bool(one_run and bool((position[1:] > position[:-1]).all()))
+
+    @cached_property
+    def _row_order(self) -> torch.Tensor | None:
+        """The rows in batch order, (step, position, row), or None when they already are in it."""
+        if self.rows < 2 or self._positions_are_ranks:
+            return None
+        position = self.position
         ascending = position[1:] >= position[:-1]
         if self.step_runs is not None and not self.single_step:
             # Steps in runs: in batch order when positions ascend within each run (a new run may start anywhere).
@@ -346,24 +357,40 @@ class Encoded:
         elif not self.single_step:
             step = self.step
             ascending = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & ascending)
-        if self.rows < 2 or bool(ascending.all()):
-            return rows, None
+        if bool(ascending.all()):
+            return None
         # Lexicographic sort by (step, position, row) as stable sorts, least significant key first.
         order = torch.sort(position, stable=True).indices
         if not self.single_step:
             order = order[torch.sort(self.step[order], stable=True).indices]
-        rank = torch.empty_like(order)
-        rank[order] = rows
-        return rank, order
+        return order
 
-    @property
+    @cached_property
     def batch_rank(self) -> torch.Tensor:
         """Each row's place in the batch order of the whole table (steps ascending)."""
-        return self._batch_order[0]
+        if self._positions_are_ranks:  # no arange to build
+            return self.position
+        rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
+        order = self._row_order
+        if order is None:
+            return rows
+        rank = torch.empty_like(order)
+        rank[order] = rows
+        return rank
+
+    def batch_rank_pieces(self) -> Iterator[tuple[slice, torch.Tensor]]:
+        """``batch_rank`` a piece of rows at a time: where the rows are in batch order and the ranks were not
+        built, each piece counts its own into one small buffer (no rank tensor of the table's length)."""
+        if "batch_rank" in self.__dict__ or self._row_order is not None or self._positions_are_ranks:
+            ranks = self.batch_rank
+            yield from ((rows, ranks[rows]) for rows, _ in pieces(self.rows, torch.int64, self.device))
+            return
+        for rows, buffer in pieces(self.rows, torch.int64, self.device):
+            yield rows, torch.arange(rows.start, rows.stop, out=buffer)
 
     def row_at(self, batch_rank: torch.Tensor) -> torch.Tensor:
         """The rows sitting at the given batch ranks."""
-        order = self._batch_order[1]
+        order = self._row_order
         return batch_rank if order is None else order.index_select(0, batch_rank)
 
     @cached_property

@@ -10,7 +10,7 @@ group and spreads per-group values back to rows. Codes are cached on the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -193,16 +193,26 @@ class Units:
 NO_RANK = torch.iinfo(torch.int64).max
 
 
+def _reduced_ranks(
+    enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None, how: str, none: int
+) -> torch.Tensor:
+    """``how`` ("amin" or "amax") of ``ranks`` (default: batch ranks, piece by piece) among each unit's rows."""
+    reduced = fresh(count, torch.int64, enc.device).fill_(none)
+    if ranks is not None:
+        return reduced.scatter_reduce_(0, of_row, ranks, how)
+    for rows, piece_ranks in enc.batch_rank_pieces():
+        reduced.scatter_reduce_(0, of_row[rows], piece_ranks, how)
+    return reduced
+
+
 def first_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
     """The smallest of ``ranks`` (default: batch ranks) among each unit's rows; ``NO_RANK`` where none."""
-    first = fresh(count, torch.int64, enc.device).fill_(NO_RANK)
-    return first.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amin")
+    return _reduced_ranks(enc, of_row, count, ranks, "amin", NO_RANK)
 
 
 def last_ranks(enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None = None) -> torch.Tensor:
     """The largest of ``ranks`` (default: batch ranks) among each unit's rows; -1 where none."""
-    last = fresh(count, torch.int64, enc.device).fill_(-1)
-    return last.scatter_reduce_(0, of_row, enc.batch_rank if ranks is None else ranks, "amax")
+    return _reduced_ranks(enc, of_row, count, ranks, "amax", -1)
 
 
 def _all_equal_gathered(source: torch.Tensor, index: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -279,14 +289,23 @@ class Segments:
 
     def __init__(
         self,
-        codes: torch.Tensor | None,
+        codes: torch.Tensor | Callable[[], torch.Tensor] | None,
         count: int,
         rows: int,
         device: torch.device,
         runs: np.ndarray | None = None,
     ) -> None:
-        self.codes, self.count, self.rows, self.device, self.runs = codes, count, rows, device, runs
+        """``codes``: each row's segment, or a function that makes them (read only where runs do not do), or None
+        for a single segment."""
+        self._codes, self.count, self.rows, self.device, self.runs = codes, count, rows, device, runs
+        self.single = codes is None
         self._ends = None if runs is None else np.cumsum(runs)
+
+    @property
+    def codes(self) -> torch.Tensor | None:
+        if callable(self._codes):
+            self._codes = self._codes()
+        return self._codes
 
     def pieces(self, rows: int, size: int | None = None) -> Iterator[Piece]:
         """Slices of ``size`` rows (default :func:`~.encode.piece_size`) with the segments each holds."""
@@ -333,7 +352,7 @@ class Segments:
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """Float64 sum of ``values`` per segment."""
-        if self.codes is None:
+        if self.single:
             return values.sum(dtype=F64).reshape(1)
         if self.runs is None:
             return torch.zeros(self.count, dtype=F64, device=values.device).scatter_add_(0, self.codes, values.to(F64))
@@ -344,7 +363,7 @@ class Segments:
 
     @cached_property
     def sizes(self) -> torch.Tensor:
-        if self.codes is None:
+        if self.single:
             return torch.tensor([float(self.rows)], dtype=F64, device=self.device)
         if self.runs is not None:
             return torch.from_numpy(self.runs).to(F64).to(self.device)
@@ -356,7 +375,7 @@ class Segments:
 
     def deviation(self, values: torch.Tensor, per_segment: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         """``values`` minus each row's segment value, in one new tensor or (``in_place``) in ``values``."""
-        if self.codes is None:
+        if self.single:
             return values.sub_(per_segment) if in_place else values - per_segment
         out = values if in_place else fresh(values.numel(), F64, values.device)
         return self.apply(values, per_segment, torch.sub, out)
@@ -371,7 +390,7 @@ class Segments:
         for piece in self.pieces(values.numel()):
             part = values[piece.rows]
             squares = torch.mul(part, part, out=buffer[: part.numel()])
-            if self.codes is None:
+            if self.single:
                 total += squares.sum()
             else:
                 self.add_sums(total, squares, piece)
@@ -379,7 +398,7 @@ class Segments:
 
     def scale_(self, values: torch.Tensor, per_segment: torch.Tensor) -> torch.Tensor:
         """Multiply ``values`` in place by each row's segment value."""
-        if self.codes is None:
+        if self.single:
             return values.mul_(per_segment)
         return self.apply(values, per_segment, torch.mul, values)
 
@@ -399,7 +418,7 @@ class Segments:
 
     def spread(self, per_segment: torch.Tensor) -> torch.Tensor:
         """Each row's segment value."""
-        if self.codes is None:
+        if self.single:
             return per_segment.expand(self.rows)
         return gather(per_segment, self.codes)
 
@@ -408,13 +427,15 @@ def step_segments(enc: Encoded) -> Segments:
     """The table's steps as segments (runs when the rows are sorted by step), made once."""
     if "steps" not in enc._groups:
         runs = None if enc.step_runs is None else enc.step_runs.cpu().numpy()
-        enc._groups["steps"] = Segments(None if enc.single_step else enc.step, enc.steps, enc.rows, enc.device, runs)
+        # Steps in runs are summed and spread run by run: their row codes are made only if a piece asks for them.
+        codes = None if enc.single_step else (lambda: enc.step) if runs is not None else enc.step
+        enc._groups["steps"] = Segments(codes, enc.steps, enc.rows, enc.device, runs)
     return enc._groups["steps"]
 
 
 def segments_of(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:
     """Row segments of a grouping, cached with it so that schemes sharing groups share their sizes."""
-    if codes is enc.step:
+    if codes is enc.__dict__.get("step"):  # (not ``enc.step``: that would make the step codes to compare)
         return step_segments(enc)
     key = ("segments", codes.data_ptr(), count)
     if key not in enc._groups:

@@ -191,6 +191,12 @@ def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.
     return torch.where(defined, whitened, values)
 
 
+def _by_steps(scheme: Scheme) -> bool:
+    """Whether the scheme's groups are the steps and its members the samples: steps that are runs of rows are
+    then summed run by run, and no step code per row is needed."""
+    return scheme.groups == "batch" and scheme.members == "samples"
+
+
 def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     """Advantage of every row under ``scheme``, float64, in row order.
 
@@ -198,8 +204,12 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     a one-member group under ``singleton="nan"``); nothing else is NaN.
     """
     enc = enc.with_reward(scheme.reward)
-    group_of_row, group_count = group_codes(enc, scheme)
-    units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
+    if _by_steps(scheme):
+        group_of_row, group_count = None, enc.steps
+        units = None
+    else:
+        group_of_row, group_count = group_codes(enc, scheme)
+        units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
     if units is not None and scheme.siblings == "equal":
         check_siblings(enc, scheme, units)
     if units is None:
@@ -207,7 +217,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         unit_of_row = None
         valid = None if enc.all_finite else enc.finite
         value = enc.reward if valid is None else torch.where(valid, enc.reward, 0.0)
-        groups = segments_of(enc, group_of_row, group_count)
+        groups = step_segments(enc) if group_of_row is None else segments_of(enc, group_of_row, group_count)
     else:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
@@ -343,7 +353,8 @@ def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torc
     for scheme in schemes.values():
         try:
             enc.with_reward(scheme.reward).all_finite  # noqa: B018
-            group_codes(enc, scheme)
+            if not _by_steps(scheme):
+                group_codes(enc, scheme)
         except SchemeError:
             break  # raised again by this scheme's own advantages, in its turn below
 
