@@ -187,7 +187,7 @@ class Reference:
 
     values: torch.Tensor
     sign: torch.Tensor  # int8 per row
-    code: torch.Tensor  # int8 per row: its sign + 4, the reference's share of the pair code (3 x the scheme's sign)
+    code: torch.Tensor  # int8 per row: its sign + 4, which is the pair code less 3 x the scheme's sign
     any_nan: bool
     _squares: tuple[Layout, torch.Tensor] | None = None
 
@@ -260,6 +260,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     above, below = layout.buffer("above", size, torch.bool), layout.buffer("below", size, torch.bool)
     flipped_rows = layout.buffer("flipped", size, torch.bool)
     packing = layout.packing
+    # The packed counts are the Tally's own (the per-prompt rows read them later): not a shared buffer.
     words = torch.zeros(packing.table.shape[0], layout.group_count, dtype=torch.int64, device=device)
     group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
     floats = {name: torch.zeros(layout.steps, dtype=F64, device=device) for name in FLOATS}
