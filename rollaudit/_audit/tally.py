@@ -242,9 +242,9 @@ class Tally:
     packing: Packing
     group_advantage: torch.Tensor  # per group code
 
-    def group_count(self, name: str) -> torch.Tensor:
-        """Int64 per group code: its samples of one of ``CLASSES``."""
-        return self.packing.unpack(self.group_words, name)
+    def group_count(self, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Int64 per group code: its samples of one of ``CLASSES`` (into ``out``, if given)."""
+        return self.packing.unpack(self.group_words, name, out)
 
 
 def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float) -> Tally:
