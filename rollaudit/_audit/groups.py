@@ -435,9 +435,23 @@ def step_segments(enc: Encoded) -> Segments:
 
 def segments_of(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:
     """Row segments of a grouping, cached with it so that schemes sharing groups share their sizes."""
-    if codes is enc.__dict__.get("step"):  # (not ``enc.step``: that would make the step codes to compare)
-        return step_segments(enc)
     key = ("segments", codes.data_ptr(), count)
     if key not in enc._groups:
         enc._groups[key] = Segments(None if count == 1 and enc.single_step else codes, count, codes.numel(), enc.device)
     return enc._groups[key]
+
+
+def by_steps(scheme: Scheme) -> bool:
+    """Whether a scheme's groups are the steps (``batch``): their segments are the table's steps, summed and spread
+    run by run where the steps are runs, with no group code per row."""
+    return scheme.groups == "batch"
+
+
+def member_groups(enc: Encoded, scheme: Scheme) -> tuple[Segments, Units | None]:
+    """The segments a scheme's statistics are taken over, and the trajectory units that are its members (None
+    where its members are the samples, or no row has a trajectory key)."""
+    if scheme.members == "trajectories":
+        units = trajectory_units(enc, *group_codes(enc, scheme))
+        if units is not None:
+            return units.segments, units
+    return (step_segments(enc) if by_steps(scheme) else segments_of(enc, *group_codes(enc, scheme))), None

@@ -28,10 +28,11 @@ from .groups import (
     NO_RANK,
     Segments,
     Units,
+    by_steps,
     first_ranks,
     group_codes,
     last_ranks,
-    segments_of,
+    member_groups,
     step_segments,
     trajectory_units,
     ungrouped_rows,
@@ -191,12 +192,6 @@ def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.
     return torch.where(defined, whitened, values)
 
 
-def _by_steps(scheme: Scheme) -> bool:
-    """Whether the scheme's groups are the steps and its members the samples: steps that are runs of rows are
-    then summed run by run, and no step code per row is needed."""
-    return scheme.groups == "batch" and scheme.members == "samples"
-
-
 def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     """Advantage of every row under ``scheme``, float64, in row order.
 
@@ -204,12 +199,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     a one-member group under ``singleton="nan"``); nothing else is NaN.
     """
     enc = enc.with_reward(scheme.reward)
-    if _by_steps(scheme):
-        group_of_row, group_count = None, enc.steps
-        units = None
-    else:
-        group_of_row, group_count = group_codes(enc, scheme)
-        units = trajectory_units(enc, group_of_row, group_count) if scheme.members == "trajectories" else None
+    groups, units = member_groups(enc, scheme)
     if units is not None and scheme.siblings == "equal":
         check_siblings(enc, scheme, units)
     if units is None:
@@ -217,11 +207,9 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         unit_of_row = None
         valid = None if enc.all_finite else enc.finite
         value = enc.reward if valid is None else torch.where(valid, enc.reward, 0.0)
-        groups = step_segments(enc) if group_of_row is None else segments_of(enc, group_of_row, group_count)
     else:
         unit_of_row = units.of_row
         value, valid = _representatives(enc, scheme, units)
-        groups = units.segments
     value = _rounded(value, scheme)
     reduced = scheme.dtype != "float64"
 
@@ -353,7 +341,7 @@ def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torc
     for scheme in schemes.values():
         try:
             enc.with_reward(scheme.reward).all_finite  # noqa: B018
-            if not _by_steps(scheme):
+            if not by_steps(scheme):  # the steps need no codes
                 group_codes(enc, scheme)
         except SchemeError:
             break  # raised again by this scheme's own advantages, in its turn below

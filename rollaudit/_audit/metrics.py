@@ -181,7 +181,7 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
     # One sort by (step, size): each step's groups become a run, smallest first, so order statistics are
     # picked by position; and equal sizes become runs, so sums over a step's groups are sums over its few
     # distinct sizes, each times its count (exact counts; a std from a handful of terms, not 50k).
-    span = int(sizes.max()) + 1
+    span = groups.largest + 1
     keys = torch.sort(step * span + sizes).values
     pairs, pair_count = torch.unique_consecutive(keys, return_counts=True)
     pair_step, pair_size = pairs.div(span, rounding_mode="floor"), (pairs % span).to(F64)

@@ -159,9 +159,13 @@ class Layout:
             held = self._buffers[key] = fresh(rows, dtype, self.group.device)
         return held[:rows]
 
+    def piece_rows(self, rows: int) -> int:
+        """Rows per piece of the pass: ``PIECE`` on the CPU, all of them on a GPU."""
+        return max(min(PIECE, rows) if self.group.device.type == "cpu" else rows, 1)
+
     def pieces(self, rows: int) -> Iterator[Piece]:
-        """Slices of ``PIECE`` rows on the CPU (all at once on a GPU), with the steps each holds."""
-        return self.by_step.pieces(rows, min(PIECE, rows) if self.group.device.type == "cpu" else rows)
+        """Slices of :meth:`piece_rows` rows, with the steps each holds."""
+        return self.by_step.pieces(rows, self.piece_rows(rows))
 
     def per_step(self, per_group: torch.Tensor) -> torch.Tensor:
         """Float64 values per group code summed per step."""
@@ -253,7 +257,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     token_lengths = layout.token_lengths
     # Without a NaN on either side every sample is compared: no mask, and the reference's squares are shared.
     everywhere = not reference.any_nan and not any_nan(scheme)
-    size = min(PIECE, rows) if device.type == "cpu" else rows
+    size = layout.piece_rows(rows)
     product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
     signs_buffer, pair_buffer = layout.buffer("signs", size, torch.int8), layout.buffer("pair", size, torch.int8)
     index, packed = layout.buffer("index", size, torch.int32), layout.buffer("packed", size, torch.int64)
