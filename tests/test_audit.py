@@ -139,6 +139,28 @@ def test_per_step_and_per_prompt_match_oracle(rows, piece, most_spans, in_step_o
             assert got[column] == pytest.approx(value, rel=1e-12, abs=1e-12), (step, column)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.booleans().flatmap(lambda repeat: batches(repeat_prompts=repeat)), shuffled=st.booleans())
+def test_audit_is_the_same_in_threads_or_one_after_another(rows, shuffled):
+    """The audit's schedule (schemes, passes and prompt columns side by side in threads, or one after another
+    with one torch thread) changes no number, not even a last digit."""
+    if not shuffled:
+        rows = sorted(rows, key=lambda row: (row["step"], row["position"]))
+    schemes = ["batch", "prompt", "trajectory", "verl-grpo"]
+    before = torch.get_num_threads()
+    reports = {}
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            reports[threads] = rollaudit.audit(table_of(rows), schemes=schemes, reference="prompt", device="cpu")
+    finally:
+        torch.set_num_threads(before)
+    for frame in ("summary", "per_step", "per_prompt", "step_groups"):
+        pd.testing.assert_frame_equal(getattr(reports[2], frame), getattr(reports[1], frame), check_exact=True)
+    assert reports[2].histograms == reports[1].histograms
+    assert reports[2].info.keys() - {"seconds"} == reports[1].info.keys() - {"seconds"}
+
+
 def seed_like_table():
     """Two prompts solved by nobody, one by half the samples: the seed's failure in miniature."""
     return rollaudit.make_table(

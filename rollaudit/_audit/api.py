@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -21,6 +21,9 @@ from .schemes import Scheme, get_scheme, split_schemes
 
 if TYPE_CHECKING:
     import torch
+
+    from .encode import Encoded
+    from .tally import Tally
 
 DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]
@@ -100,9 +103,20 @@ def audit(
     >>> int(rollaudit.audit(t).summary.loc["batch", "spurious_nonzero"])
     2
     """
-    from .metric_names import COUNT_METRICS, METRICS
-    from .metrics import histograms, metrics_of, per_prompt, prompt_groups, step_group_sizes, step_of_groups
-    from .tally import Layout, Reference, tallies
+    import torch
+
+    from .encode import encode
+    from .kernel import scheme_notes, start_advantages
+    from .metrics import (
+        group_columns,
+        group_rows,
+        histograms,
+        scheme_columns,
+        step_group_sizes,
+        with_trajectories,
+    )
+    from .tally import Layout, Reference, start_tallies
+    from .threads import SideBySide
 
     started = time.perf_counter()
     table = validate_table(table)
@@ -110,68 +124,69 @@ def audit(
     reference_scheme = named_scheme(reference)
     reference_name = str(reference_scheme)
     resolved.setdefault(reference_name, reference_scheme)
-    encoded, values = _advantages(table, resolved, device)
-
-    import torch
-
-    detection = None
-    if has_recorded(table):
-        # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
-        # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
-        candidates = [*candidate_schemes(table), *values, *recorded_schemes]
-        detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
-        recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
-        values = {**values, RECORDED_ROW: recorded_tensor}
-
     n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
-    info = _info(table, encoded)
-    try:
-        groups = prompt_groups(encoded, n_for_groups)
-    except SchemeError as error:
-        info["per_prompt_unavailable"] = error.line()
-        groups = None
-    # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from it.
-    layout = (
-        Layout.of(encoded)
-        if groups is None
-        else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
-    )
-    reference_values = Reference.of(values[reference_name], tol)
-    scheme_tallies = tallies(values, reference_values, layout, tol)
-    summary_rows, step_rows = {}, []
-    for name, scheme in scheme_tallies.items():
-        by_step = metrics_of(scheme.per_step)
-        total = by_step if encoded.steps == 1 else metrics_of(scheme.per_step.whole())
-        summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
-        for position, step in enumerate(encoded.step_values):
-            step_rows.append(
-                {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}
+    encoded = encode(table, device)
+    # One pool for the whole audit: the schemes, then a metric pass per scheme, each beside other work.
+    with SideBySide(encoded.device, len(resolved) + 4) as work:
+        start_advantages(work, encoded, resolved)
+        # Meanwhile, what reads only what the schemes' threads read: the prompt groups' rows, steps and sizes,
+        # and where the passes count (trajectories wait for a trajectory scheme's own units).
+        try:
+            groups, unavailable = group_rows(encoded, n_for_groups), None
+        except SchemeError as error:
+            groups, unavailable = None, error.line()
+        layout = (
+            Layout.of(encoded)
+            if groups is None
+            else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
+        )
+        # The reference's signs, and its squares every pass shares, as soon as its advantages are there.
+        work.start(Reference, lambda: Reference.of(work.result(reference_name), tol).with_squares(layout))
+        values = work.results(resolved)
+
+        detection = None
+        if has_recorded(table):
+            # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
+            # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
+            candidates = [*candidate_schemes(table), *values, *recorded_schemes]
+            detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
+            recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
+            values = {**values, RECORDED_ROW: recorded_tensor}
+
+        # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from
+        # it. Beside the passes, what the prompt groups alone give.
+        if groups is not None:  # first: what waits for it starts after the passes
+            work.start(with_trajectories, partial(with_trajectories, encoded, groups))
+        start_tallies(work, values, work.result(Reference), layout, tol)
+        if groups is not None:
+            for task in (step_group_sizes, group_columns):
+                work.start(task, lambda task=task: task(encoded, work.result(with_trajectories)))
+            work.start(histograms, lambda: histograms(work.result(with_trajectories)))
+            work.start(
+                scheme_columns, lambda groups=groups: scheme_columns(groups, work.results(values), reference_name)
             )
-    summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
-    summary.index.name = "scheme"
-    per_step = pd.DataFrame(step_rows, columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
-    counts = [metric for metric in METRICS if metric in COUNT_METRICS]
-    summary[counts] = summary[counts].astype("int64")
-    per_step[counts] = per_step[counts].astype("int64")
+        info = _info(table, encoded)
+        if unavailable is not None:
+            info["per_prompt_unavailable"] = unavailable
+        # The run's and the steps' frames here, while the pool makes the prompts' columns.
+        summary, per_step = _summary_and_steps(encoded, work.results(values))
+        if groups is not None:
+            by_group = work.results([with_trajectories, step_group_sizes, group_columns, histograms, scheme_columns])
+            groups = by_group[with_trajectories]
 
     if groups is None:
         group_histograms: dict[str, dict[int, int]] = {}
-        prompts = pd.DataFrame()
+        prompts = step_groups = pd.DataFrame()
     else:
-        group_histograms = histograms(groups)
-        columns = per_prompt(encoded, groups, scheme_tallies, reference_name)
-        keys = table.column(PROMPT).take(pa.array(groups.first_row.cpu().numpy()))
-        # Keys as numpy where none is null (no Python object per prompt), a copy of Arrow's read-only view; a
-        # keyless group's key is None.
-        keys = np.array(keys.to_numpy()) if keys.null_count == 0 else keys.to_pylist()
+        group_histograms = by_group[histograms]
         # The columns are this audit's own arrays: the frame takes them as they are (no copy into 2-D blocks).
-        prompts = pd.DataFrame({"step": step_of_groups(encoded, groups), "prompt": keys, **columns}, copy=False)
+        columns = {**by_group[group_columns], **by_group[scheme_columns]}
+        prompts = pd.DataFrame(columns, copy=False)
         info["prompts"] = len(prompts)
         info["trajectories"] = int(groups.trajectories.sum())
-    step_groups = pd.DataFrame() if groups is None else pd.DataFrame(step_group_sizes(encoded, groups))
-    if not step_groups.empty:
-        step_groups = step_groups.set_index("step")
-    from .kernel import scheme_notes
+        step_groups = pd.DataFrame(by_group[step_group_sizes])
+        if not step_groups.empty:
+            step_groups = step_groups.set_index("step")
 
     notes = {name: scheme_notes(encoded, scheme) for name, scheme in resolved.items()}
     if any(notes.values()):
@@ -194,6 +209,29 @@ def audit(
             else None
         ),
     )
+
+
+def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``Report.summary`` (a row per scheme) and ``Report.per_step`` (a row per step and scheme) from the passes."""
+    from .metric_names import COUNT_METRICS, METRICS
+    from .metrics import metrics_of
+
+    summary_rows, step_rows = {}, []
+    for name, scheme in tallies.items():
+        by_step = metrics_of(scheme.per_step)
+        total = by_step if encoded.steps == 1 else metrics_of(scheme.per_step.whole())
+        summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
+        for position, step in enumerate(encoded.step_values):
+            step_rows.append(
+                {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}
+            )
+    summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
+    summary.index.name = "scheme"
+    per_step = pd.DataFrame(step_rows, columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    counts = [metric for metric in METRICS if metric in COUNT_METRICS]
+    summary[counts] = summary[counts].astype("int64")
+    per_step[counts] = per_step[counts].astype("int64")
+    return summary, per_step
 
 
 def _info(table: pa.Table, encoded: object) -> dict:

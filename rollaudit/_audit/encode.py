@@ -230,8 +230,9 @@ class Encoded:
 
     @cached_property
     def _steps(self) -> tuple[torch.Tensor | None, np.ndarray, torch.Tensor | None]:
-        """(dense step code of each row or None for one step, the step values ascending, each step's row count
-        when every step is one run in ascending order (a loaded table is) or None)."""
+        """(dense step code of each row, None for one step or for steps in runs (made from the runs where asked
+        for), the step values ascending, each step's row count when every step is one run in ascending order (a
+        loaded table is) or None)."""
         column = self.table.column(STEP)
         if len(column) == 0:
             return None, np.zeros(0, dtype=np.int64), None
@@ -243,9 +244,7 @@ class Encoded:
         if runs is not None and bool((runs[1][1:] > runs[1][:-1]).all()):
             # Sorted steps are runs: their codes are counted off the run lengths, with no hash or sort.
             bounds, run_steps = runs
-            lengths = np.diff(bounds)
-            codes = torch.from_numpy(np.repeat(np.arange(len(lengths), dtype=np.int64), lengths))
-            return self._to_device(codes), run_steps, self._to_device(torch.from_numpy(lengths))
+            return None, run_steps, self._to_device(torch.from_numpy(np.diff(bounds)))
         values = _numpy(column, np.int64)
         codes, _ = densify(_tensor(values))
         return self._to_device(codes), np.unique(values), None
@@ -261,7 +260,7 @@ class Encoded:
 
     @property
     def single_step(self) -> bool:
-        return self._steps[0] is None
+        return self.steps <= 1
 
     @property
     def step_runs(self) -> torch.Tensor | None:
@@ -270,10 +269,13 @@ class Encoded:
 
     @cached_property
     def step(self) -> torch.Tensor:
-        """Dense step code of each row."""
-        codes = self._steps[0]
-        if codes is None:  # one step: a stride-0 view of a single 0, no buffer per row
+        """Dense step code of each row (for steps in runs, made here: most passes go run by run and never ask)."""
+        codes, _, runs = self._steps
+        if self.single_step:  # one step: a stride-0 view of a single 0, no buffer per row
             return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
+        if codes is None:
+            assert runs is not None
+            return torch.repeat_interleave(torch.arange(self.steps, device=self.device), runs, output_size=self.rows)
         return codes
 
     def step_of(self, rows: torch.Tensor) -> torch.Tensor:

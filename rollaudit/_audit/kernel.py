@@ -17,7 +17,7 @@ threads, since torch's scatter and gather kernels use one core each.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import torch
 
@@ -38,6 +38,7 @@ from .groups import (
     ungrouped_rows,
 )
 from .schemes import Scheme
+from .threads import SideBySide
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Why a preset leaves its one-member groups undefined (singleton="nan"), by the preset's name.
@@ -326,28 +327,36 @@ def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
     return notes
 
 
+def start_advantages(work: SideBySide, enc: Encoded, schemes: Mapping[str, Scheme]) -> None:
+    """Start ``advantages`` of every scheme on ``work``, each named by its name in ``schemes``.
+
+    What schemes share (each reward's finiteness, the steps, group codes) is made here first, in this thread,
+    so that no two threads make it twice. Schemes over whole steps need no group codes: they start first,
+    while this thread codes the others' groups; then trajectory schemes, which cost the most.
+    """
+    step_segments(enc)
+    for scheme in schemes.values():
+        enc.with_reward(scheme.reward).all_finite  # noqa: B018
+    steps_first = [name for name, scheme in schemes.items() if by_steps(scheme)]
+    for name in steps_first:
+        work.start(name, partial(advantages, enc, schemes[name]))
+    for name, scheme in schemes.items():
+        if name not in steps_first:
+            try:
+                group_codes(enc, scheme)
+            except SchemeError:
+                break  # raised again by this scheme's own advantages, when its result is asked for
+    rest = [name for name in schemes if name not in steps_first]
+    for name in sorted(rest, key=lambda name: schemes[name].members != "trajectories"):
+        work.start(name, partial(advantages, enc, schemes[name]))
+
+
 def advantages_of(enc: Encoded, schemes: Mapping[str, Scheme]) -> dict[str, torch.Tensor]:
     """``advantages`` of every scheme, by name, in the order given.
 
-    On the CPU, schemes run side by side in threads: torch's scatter and
-    gather kernels use one core each, so a second scheme fills an idle core.
-    Results are collected in the order given, so the first failing scheme
-    raises its error, as it would one scheme after another.
+    On the CPU, schemes run side by side in threads (:class:`~.threads.SideBySide`). Results are collected in
+    the order given, so the first failing scheme raises its error, as it would one scheme after another.
     """
-    workers = min(len(schemes), torch.get_num_threads())
-    if enc.device.type != "cpu" or workers < 2:
-        return {name: advantages(enc, scheme) for name, scheme in schemes.items()}
-    # Shared inputs first, in this thread: schemes with the same groups share their codes.
-    for scheme in schemes.values():
-        try:
-            enc.with_reward(scheme.reward).all_finite  # noqa: B018
-            if not by_steps(scheme):  # the steps need no codes
-                group_codes(enc, scheme)
-        except SchemeError:
-            break  # raised again by this scheme's own advantages, in its turn below
-
-    # Trajectory schemes cost the most: start them first.
-    longest_first = sorted(schemes, key=lambda name: schemes[name].members != "trajectories")
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollaudit") as pool:
-        futures = {name: pool.submit(advantages, enc, schemes[name]) for name in longest_first}
-        return {name: futures[name].result() for name in schemes}
+    with SideBySide(enc.device, len(schemes)) as work:
+        start_advantages(work, enc, schemes)
+        return work.results(schemes)

@@ -9,14 +9,16 @@ comparison and counted in ``undefined``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import torch
 
-from .encode import F64, Encoded, gather
-from .groups import first_ranks, group_codes, segments_of, trajectory_units
+from .._table import PROMPT
+from .encode import F64, Encoded, fresh, gather, pieces
+from .groups import group_codes, segments_of, trajectory_units
 from .metric_names import METRICS
 from .schemes import Scheme
 from .tally import Sums, Tally, named_counts
@@ -38,17 +40,18 @@ class Groups:
     group: torch.Tensor  # per row: (step, prompt) group code
     count: int  # group codes, gaps included
     present: torch.Tensor  # the codes with rows, ascending
-    first_row: torch.Tensor  # per present group: a row of it
+    row: torch.Tensor  # per present group: one of its rows (every row of a group has its step and prompt key)
     step: torch.Tensor  # per present group: its step code
     samples: torch.Tensor  # per present group: sample count
     largest: int  # the most samples of a group
-    trajectories: torch.Tensor  # per present group: distinct trajectories (a keyless sample is its own)
-    trajectory_size_counts: torch.Tensor  # per sample count: trajectories of that size (index 0 unused)
+    trajectories: torch.Tensor | None = None  # per present group: distinct trajectories (a keyless sample is one)
+    trajectory_size_counts: torch.Tensor | None = None  # per sample count: trajectories of that size (0 unused)
 
 
-def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
-    """The (step, prompt) groups the ``prompt`` scheme uses (slices of n for keyless steps), with their
-    trajectories: the scheme's own codes and units, never coded again."""
+def group_rows(enc: Encoded, n: int | None = None) -> Groups:
+    """The (step, prompt) groups the ``prompt`` scheme uses (slices of n for keyless steps), its own codes never
+    coded again, without their trajectories (see :func:`with_trajectories`): what this reads, the schemes'
+    threads only read too, so it can be made while they run."""
     group, count = group_codes(enc, Scheme(groups="prompt", n=n, name="per-prompt"))
     # The sizes the kernel counted for the prompt scheme (shared segments): no second count over the rows.
     samples = segments_of(enc, group, count).sizes.to(torch.int64)
@@ -60,27 +63,40 @@ def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
         group, count = gather(code_of, group), present.numel()
         samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
     every = present.numel() == count
-    ranks = first_ranks(enc, group, count)
-    first_row = enc.row_at(ranks if every else ranks.index_select(0, present))
-    units = trajectory_units(enc, group, count)
-    if units is None:  # every sample a trajectory of its own
-        trajectories = samples
-        size_counts = torch.tensor([0, enc.rows], dtype=torch.int64, device=enc.device)
-    else:
-        # Unit codes may leave gaps: an empty unit sits in group ``count`` and has no rows (size 0).
-        trajectories = units.segments.sizes[:count].to(torch.int64)
-        size_counts = torch.bincount(units.sizes)
+    # Any row of a group will do: each row writes its number to its group's slot (a plain scatter, half the
+    # cost of finding the first).
+    row = fresh(count, torch.int64, enc.device)
+    for rows, numbers in pieces(enc.rows, torch.int64, enc.device):
+        row.scatter_(0, group[rows], torch.arange(rows.start, rows.stop, out=numbers))
+    row = row if every else row.index_select(0, present)
     return Groups(
         group=group,
         count=count,
         present=present,
-        first_row=first_row,
-        step=enc.step_of(first_row),
+        row=row,
+        step=enc.step_of(row),
         samples=samples if every else samples.index_select(0, present),
         largest=int(samples.max()) if count else 0,
-        trajectories=trajectories if every else trajectories.index_select(0, present),
-        trajectory_size_counts=size_counts,
     )
+
+
+def with_trajectories(enc: Encoded, groups: Groups) -> Groups:
+    """``groups`` with their trajectories counted: the trajectory units of their codes (a trajectory scheme's
+    own, where one made them)."""
+    units = trajectory_units(enc, groups.group, groups.count)
+    if units is None:  # every sample a trajectory of its own
+        trajectories = groups.samples
+        size_counts = torch.tensor([0, enc.rows], dtype=torch.int64, device=enc.device)
+    else:
+        # Unit codes may leave gaps: an empty unit sits in group ``count`` and has no rows (size 0).
+        trajectories = _of_present(groups, units.segments.sizes[: groups.count].to(torch.int64))
+        size_counts = torch.bincount(units.sizes)
+    return replace(groups, trajectories=trajectories, trajectory_size_counts=size_counts)
+
+
+def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
+    """The (step, prompt) groups the ``prompt`` scheme uses, with their trajectories."""
+    return with_trajectories(enc, group_rows(enc, n))
 
 
 def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
@@ -126,33 +142,48 @@ def histograms(groups: Groups) -> dict[str, dict[int, int]]:
     }
 
 
-def per_prompt(
-    enc: Encoded, groups: Groups, tallies: dict[str, Tally], reference: str
-) -> dict[str, np.ndarray | pd.api.extensions.ExtensionArray]:
-    """One row per (step, prompt): size, trajectories, reward mean, and per scheme its mean advantage,
-    sign flips and spurious advantages against the reference (nullable integers), from each scheme's tally."""
-    present, count = groups.present, groups.count
-    every = present.numel() == count
-
-    def of_present(per_code: torch.Tensor) -> torch.Tensor:
-        return per_code if every else per_code.index_select(-1, present)
-
-    segments = segments_of(enc, groups.group, count)
+def group_columns(enc: Encoded, groups: Groups) -> dict[str, np.ndarray | list]:
+    """The per-prompt columns of the groups themselves, one row per (step, prompt): step, prompt key, samples,
+    trajectories, reward mean (over the finite rewards)."""
+    segments = segments_of(enc, groups.group, groups.count)
     if enc.all_finite:
         reward_sum, reward_count = segments.sum(enc.reward), groups.samples.to(F64)
     else:
         reward_sum = segments.sum(torch.where(enc.finite, enc.reward, 0.0))
-        reward_count = of_present(segments.sum(enc.finite))
-    columns: dict[str, torch.Tensor] = {
-        "samples": groups.samples,
-        "trajectories": groups.trajectories,
-        "mean_reward": _ratio(of_present(reward_sum), reward_count),
+        reward_count = _of_present(groups, segments.sum(enc.finite))
+    keys = enc.table.column(PROMPT).take(pa.array(groups.row.cpu().numpy()))
+    # Keys as numpy where none is null (no Python object per prompt), a copy of Arrow's read-only view (the frame
+    # stays writable); a keyless group's key is None.
+    return {
+        "step": enc.step_values[groups.step.cpu().numpy()],
+        "prompt": np.array(keys.to_numpy()) if keys.null_count == 0 else keys.to_pylist(),
+        "samples": groups.samples.cpu().numpy(),
+        "trajectories": groups.trajectories.cpu().numpy(),
+        "mean_reward": _ratio(_of_present(groups, reward_sum), reward_count).cpu().numpy(),
     }
+
+
+def _of_present(groups: Groups, per_code: torch.Tensor) -> torch.Tensor:
+    """Values per group code, of the codes with rows only (the per-prompt rows)."""
+    return per_code if groups.present.numel() == groups.count else per_code.index_select(-1, groups.present)
+
+
+def scheme_columns(
+    groups: Groups, tallies: dict[str, Tally], reference: str
+) -> dict[str, np.ndarray | pd.api.extensions.ExtensionArray]:
+    """The per-prompt columns of the schemes, one row per (step, prompt): whether the reference gives it no
+    signal, and per scheme its mean advantage, sign flips and spurious advantages against the reference
+    (nullable integers), from each scheme's tally."""
+    count = groups.count
+
+    def of_present(per_code: torch.Tensor) -> torch.Tensor:
+        return _of_present(groups, per_code)
+
     # Counts only divided by or compared (the samples each scheme compared, the reference's non-zero ones) go
     # through two buffers of one group count, scheme after scheme: fresh memory costs more than the arithmetic.
-    shifted = torch.empty(count, dtype=torch.int64, device=enc.device)
-    compared_buffer = torch.empty(count, dtype=F64, device=enc.device)
-    columns["no_signal"] = of_present(tallies[reference].group_count("nonzero_reference", shifted)) == 0
+    shifted = torch.empty(count, dtype=torch.int64, device=groups.group.device)
+    compared_buffer = torch.empty(count, dtype=F64, device=groups.group.device)
+    columns = {"no_signal": of_present(tallies[reference].group_count("nonzero_reference", shifted)) == 0}
     counts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     order = list(columns)
     for name, scheme in tallies.items():
@@ -213,12 +244,7 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
     return {name: values[has].cpu().numpy() for name, values in columns.items()}
 
 
-def step_of_groups(enc: Encoded, groups: Groups) -> np.ndarray:
-    """The step value of each present group."""
-    return enc.step_values[groups.step.cpu().numpy()]
-
-
 __all__ = [
-    "METRICS", "Groups", "histograms", "metrics_of", "per_prompt", "prompt_groups", "step_group_sizes",
-    "step_of_groups",
+    "METRICS", "Groups", "group_columns", "group_rows", "histograms", "metrics_of", "prompt_groups",
+    "scheme_columns", "step_group_sizes", "with_trajectories",
 ]  # fmt: skip

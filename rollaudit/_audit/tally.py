@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from .encode import F64, Encoded, any_nan, fresh
 from .groups import Piece, Segments, step_segments
+from .threads import SideBySide
 
 # Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
 CODES = 10
@@ -141,10 +142,13 @@ class Layout:
             group_step = torch.arange(enc.steps, device=enc.device)
             return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *shared)
         assert present is not None and present_step is not None
-        group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
-        in_order = True
-        if not enc.single_step:
-            in_order = bool((present_step[1:] >= present_step[:-1]).all())
+        in_order = enc.single_step or bool((present_step[1:] >= present_step[:-1]).all())
+        if enc.single_step:
+            group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
+        elif present.numel() == group_count:  # every code has rows: their steps are the present ones'
+            group_step = present_step
+        else:
+            group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
             group_step[present] = present_step
             if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
                 group_step = torch.cummax(group_step, 0).values
@@ -167,12 +171,21 @@ class Layout:
         """Slices of :meth:`piece_rows` rows, with the steps each holds."""
         return self.by_step.pieces(rows, self.piece_rows(rows))
 
-    def per_step(self, per_group: torch.Tensor) -> torch.Tensor:
-        """Float64 values per group code summed per step."""
+    def count_per_step(self, per_group: torch.Tensor) -> torch.Tensor:
+        """Int64 counts per group code summed per step, exactly (``per_group`` is used up: summed in place)."""
         if self.groups_per_step is None:
-            total = torch.zeros(self.steps, dtype=F64, device=per_group.device)
+            total = torch.zeros(self.steps, dtype=torch.int64, device=per_group.device)
             return total.index_add_(0, self.group_step, per_group)
-        return torch.segment_reduce(per_group, "sum", lengths=self.groups_per_step)
+        # Codes in step order: each step's total is a difference of two running sums (an int64 running sum is
+        # exact, and costs a third of a float64 segment reduction).
+        running = torch.cumsum(per_group, 0, out=per_group)
+        ends = torch.cumsum(self.groups_per_step, 0)
+        before = ends - self.groups_per_step
+
+        def running_at(groups: torch.Tensor) -> torch.Tensor:
+            return torch.where(groups > 0, running.index_select(0, (groups - 1).clamp_(min=0)), 0)
+
+        return running_at(ends) - running_at(before)
 
     def known_tokens(self) -> torch.Tensor:
         """The tokens of known response length per step, summed once."""
@@ -199,6 +212,11 @@ class Reference:
     def of(cls, values: torch.Tensor, tol: float) -> Reference:
         signs = sign(values, tol)
         return cls(values, signs, signs + 4, any_nan(values))
+
+    def with_squares(self, layout: Layout) -> Reference:
+        """This reference, its squares per step of ``layout`` made (see :meth:`squares`)."""
+        self.squares(layout)
+        return self
 
     def squares(self, layout: Layout) -> torch.Tensor:
         """Token-weighted sum of the squared values per step (every sample compared), made once per layout."""
@@ -326,30 +344,27 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
             floats["token_compared"] = layout.known_tokens()
     if not token_lengths:
         del floats["token_flips"], floats["token_compared"]
-    # Per step, class by class through two buffers of one group count each.
-    shifted, counts = (
-        layout.buffer("shifted", layout.group_count, torch.int64),
-        layout.buffer("class", layout.group_count, F64),
-    )
-    step_counts = torch.stack([layout.per_step(counts.copy_(packing.unpack(words, name, shifted))) for name in CLASSES])
+    # Per step, class by class through one buffer of one group count.
+    shifted = layout.buffer("shifted", layout.group_count, torch.int64)
+    step_counts = torch.stack([layout.count_per_step(packing.unpack(words, name, shifted)) for name in CLASSES])
+    step_counts = step_counts.to(F64)
     per_step = Sums(layout.step_samples, step_counts, floats, max_abs, token_lengths)
     return Tally(per_step, words, packing, group_advantage)
 
 
-def tallies(values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float) -> dict[str, Tally]:
-    """``tally`` of every scheme, by name; on the CPU side by side in threads (their scatters use one core each)."""
-    workers = min(len(values), torch.get_num_threads())
-    if layout.group.device.type != "cpu" or workers < 2:
-        return {name: tally(tensor, reference, layout, tol) for name, tensor in values.items()}
+def start_tallies(
+    work: SideBySide, values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float
+) -> None:
+    """Start ``tally`` of every scheme on ``work``, each named by its scheme (their scatters use one core each);
+    the reference's own pass, the shortest, last."""
     reference.squares(layout)  # shared: made once, before the threads
     if layout.token_lengths:
         layout.known_tokens()
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollaudit") as pool:
-        futures = {name: pool.submit(tally, tensor, reference, layout, tol) for name, tensor in values.items()}
-        return {name: future.result() for name, future in futures.items()}
+    for name in sorted(values, key=lambda name: values[name] is reference.values):
+        work.start(name, partial(tally, values[name], reference, layout, tol))
 
 
 __all__ = [
     "CLASSES", "CODES", "COMPARED", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
-    "Layout", "Packing", "Reference", "Sums", "Tally", "named_counts", "sign", "tallies", "tally",
+    "Layout", "Packing", "Reference", "Sums", "Tally", "named_counts", "sign", "start_tallies", "tally",
 ]  # fmt: skip
