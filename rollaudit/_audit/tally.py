@@ -263,6 +263,7 @@ class Tally:
     group_words: torch.Tensor  # (words, group codes) int64: the class counts, packed
     packing: Packing
     group_advantage: torch.Tensor  # per group code
+    everywhere: bool  # whether every sample was compared (no NaN on either side)
 
     def group_count(self, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """Int64 per group code: its samples of one of ``CLASSES`` (into ``out``, if given)."""
@@ -349,22 +350,59 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     step_counts = torch.stack([layout.count_per_step(packing.unpack(words, name, shifted)) for name in CLASSES])
     step_counts = step_counts.to(F64)
     per_step = Sums(layout.step_samples, step_counts, floats, max_abs, token_lengths)
-    return Tally(per_step, words, packing, group_advantage)
+    return Tally(per_step, words, packing, group_advantage, everywhere)
+
+
+def reference_tally(reference: Reference, layout: Layout, other: Tally) -> Tally:
+    """The reference against itself, from another scheme's pass that compared every sample: the same samples
+    compared and the same reference signs (its classes ``compared`` and ``nonzero_reference``), no flip, every
+    difference 0; only the advantages per group are summed (a third of a pass)."""
+    assert other.everywhere and not reference.any_nan
+    packing, device = layout.packing, reference.values.device
+    kept = [CLASSES.index(name) for name in ("compared", "nonzero_reference")]
+    field_masks = [0] * packing.table.shape[0]
+    for index in kept:
+        word, place = divmod(index, packing.per_word)
+        field_masks[word] |= ((1 << packing.bits) - 1) << (packing.bits * place)
+    words = other.group_words & torch.tensor(field_masks, dtype=torch.int64, device=device)[:, None]
+    class_mask = torch.zeros(len(CLASSES), 1, dtype=F64, device=device)
+    class_mask[kept] = 1.0
+    group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
+    group_advantage.scatter_add_(0, layout.group, reference.values)
+    zeros = torch.zeros(layout.steps, dtype=F64, device=device)
+    floats = {"abs_diff": zeros, "cross": reference.squares(layout), "scheme_square": reference.squares(layout)}
+    floats["reference_square"] = reference.squares(layout)
+    if layout.token_lengths:
+        floats["token_flips"], floats["token_compared"] = zeros.clone(), layout.known_tokens()
+    counts = other.per_step.counts * class_mask
+    per_step = Sums(layout.step_samples, counts, floats, zeros.clone(), layout.token_lengths)
+    return Tally(per_step, words, packing, group_advantage, True)
 
 
 def start_tallies(
     work: SideBySide, values: dict[str, torch.Tensor], reference: Reference, layout: Layout, tol: float
 ) -> None:
     """Start ``tally`` of every scheme on ``work``, each named by its scheme (their scatters use one core each);
-    the reference's own pass, the shortest, last."""
+    the reference's own pass last, taken from the first other scheme's where that one compared every sample."""
     reference.squares(layout)  # shared: made once, before the threads
     if layout.token_lengths:
         layout.known_tokens()
-    for name in sorted(values, key=lambda name: values[name] is reference.values):
+    others = [name for name in values if values[name] is not reference.values]
+    for name in others:
         work.start(name, partial(tally, values[name], reference, layout, tol))
+    for name in [name for name in values if name not in others]:
+
+        def own_pass(name: str = name) -> Tally:
+            other = work.result(others[0]) if others else None
+            if other is not None and other.everywhere and not reference.any_nan:
+                return reference_tally(reference, layout, other)
+            return tally(values[name], reference, layout, tol)
+
+        work.start(name, own_pass)
 
 
 __all__ = [
     "CLASSES", "CODES", "COMPARED", "NONZERO", "NONZERO_REFERENCE", "SPURIOUS", "STRICT", "UNDEFINED",
-    "Layout", "Packing", "Reference", "Sums", "Tally", "named_counts", "sign", "start_tallies", "tally",
+    "Layout", "Packing", "Reference", "Sums", "Tally", "named_counts", "reference_tally", "sign", "start_tallies",
+    "tally",
 ]  # fmt: skip
