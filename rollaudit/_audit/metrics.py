@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -175,10 +176,7 @@ def scheme_columns(
     signal, and per scheme its mean advantage, sign flips and spurious advantages against the reference
     (nullable integers), from each scheme's tally."""
     count = groups.count
-
-    def of_present(per_code: torch.Tensor) -> torch.Tensor:
-        return _of_present(groups, per_code)
-
+    of_present = partial(_of_present, groups)
     # Counts only divided by or compared (the samples each scheme compared, the reference's non-zero ones) go
     # through two buffers of one group count, scheme after scheme: fresh memory costs more than the arithmetic.
     shifted = torch.empty(count, dtype=torch.int64, device=groups.group.device)

@@ -143,15 +143,14 @@ class Layout:
             return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *shared)
         assert present is not None and present_step is not None
         in_order = enc.single_step or bool((present_step[1:] >= present_step[:-1]).all())
-        if enc.single_step:
-            group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
-        elif present.numel() == group_count:  # every code has rows: their steps are the present ones'
+        if present.numel() == group_count:  # every code has rows: their steps are the present ones'
             group_step = present_step
         else:
             group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
-            group_step[present] = present_step
-            if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
-                group_step = torch.cummax(group_step, 0).values
+            if not enc.single_step:
+                group_step[present] = present_step
+                if in_order:  # a code without rows takes the step of the code before it: codes stay in step order
+                    group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
         return cls(group, group_count, group_step, by_step, enc.steps, per_step, *shared)
 
@@ -338,19 +337,34 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
             scaled = torch.mul(weight, r, out=weighted[:n])
             steps.add_sums(floats["reference_square"], torch.mul(scaled, r, out=product[:n]), piece)
     if itself:
-        floats["cross"], floats["scheme_square"] = reference.squares(layout), reference.squares(layout)
-    if everywhere:
-        floats["reference_square"] = reference.squares(layout)
-        if token_lengths:
-            floats["token_compared"] = layout.known_tokens()
-    if not token_lengths:
-        del floats["token_flips"], floats["token_compared"]
+        floats, max_abs = _itself_floats(reference, layout)
+    else:
+        if everywhere:
+            floats["reference_square"] = reference.squares(layout)
+            if token_lengths:
+                floats["token_compared"] = layout.known_tokens()
+        if not token_lengths:
+            del floats["token_flips"], floats["token_compared"]
     # Per step, class by class through one buffer of one group count.
     shifted = layout.buffer("shifted", layout.group_count, torch.int64)
     step_counts = torch.stack([layout.count_per_step(packing.unpack(words, name, shifted)) for name in CLASSES])
     step_counts = step_counts.to(F64)
     per_step = Sums(layout.step_samples, step_counts, floats, max_abs, token_lengths)
     return Tally(per_step, words, packing, group_advantage, everywhere)
+
+
+def _itself_floats(reference: Reference, layout: Layout) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The float sums per step, and the largest differences, of the reference against itself where every sample is
+    compared: its squares for every product, every difference and flip 0."""
+    device = reference.values.device
+    floats = {name: torch.zeros(layout.steps, dtype=F64, device=device) for name in ("abs_diff", "token_flips")}
+    for name in ("cross", "scheme_square", "reference_square"):
+        floats[name] = reference.squares(layout)
+    if layout.token_lengths:
+        floats["token_compared"] = layout.known_tokens()
+    else:
+        del floats["token_flips"]
+    return floats, torch.zeros(layout.steps, dtype=F64, device=device)
 
 
 def reference_tally(reference: Reference, layout: Layout, other: Tally) -> Tally:
@@ -369,14 +383,19 @@ def reference_tally(reference: Reference, layout: Layout, other: Tally) -> Tally
     class_mask[kept] = 1.0
     group_advantage = torch.zeros(layout.group_count, dtype=F64, device=device)
     group_advantage.scatter_add_(0, layout.group, reference.values)
-    zeros = torch.zeros(layout.steps, dtype=F64, device=device)
-    floats = {"abs_diff": zeros, "cross": reference.squares(layout), "scheme_square": reference.squares(layout)}
-    floats["reference_square"] = reference.squares(layout)
-    if layout.token_lengths:
-        floats["token_flips"], floats["token_compared"] = zeros.clone(), layout.known_tokens()
-    counts = other.per_step.counts * class_mask
-    per_step = Sums(layout.step_samples, counts, floats, zeros.clone(), layout.token_lengths)
+    floats, max_abs = _itself_floats(reference, layout)
+    per_step = Sums(layout.step_samples, other.per_step.counts * class_mask, floats, max_abs, layout.token_lengths)
     return Tally(per_step, words, packing, group_advantage, True)
+
+
+def _reference_pass(
+    work: SideBySide, first_other: str | None, values: torch.Tensor, reference: Reference, layout: Layout, tol: float
+) -> Tally:
+    """The reference's own tally: from the first other scheme's pass where that one compared every sample."""
+    other = None if first_other is None else work.result(first_other)
+    if other is not None and other.everywhere and not reference.any_nan:
+        return reference_tally(reference, layout, other)
+    return tally(values, reference, layout, tol)
 
 
 def start_tallies(
@@ -387,18 +406,13 @@ def start_tallies(
     reference.squares(layout)  # shared: made once, before the threads
     if layout.token_lengths:
         layout.known_tokens()
-    others = [name for name in values if values[name] is not reference.values]
+    others = [name for name, tensor in values.items() if tensor is not reference.values]
     for name in others:
         work.start(name, partial(tally, values[name], reference, layout, tol))
-    for name in [name for name in values if name not in others]:
-
-        def own_pass(name: str = name) -> Tally:
-            other = work.result(others[0]) if others else None
-            if other is not None and other.everywhere and not reference.any_nan:
-                return reference_tally(reference, layout, other)
-            return tally(values[name], reference, layout, tol)
-
-        work.start(name, own_pass)
+    first_other = others[0] if others else None
+    for name, tensor in values.items():
+        if tensor is reference.values:
+            work.start(name, partial(_reference_pass, work, first_other, tensor, reference, layout, tol))
 
 
 __all__ = [
