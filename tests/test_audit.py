@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -364,3 +365,35 @@ def test_a_group_of_more_than_4095_samples_is_counted_exactly():
     for key, expected in per_prompt.items():
         for column, value in expected.items():
             _assert_value(table.loc[key, column], value, (key, column))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    steps=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_step_group_statistics_are_the_same_counted_in_bins_or_sorted(sizes, steps, seed):
+    """Per-step group statistics count groups by (step, size) in bins where those are few, else by a sort: the two
+    give the same frame, and it matches plain Python."""
+    from unittest import mock
+
+    from rollaudit._audit import metrics
+
+    rng = np.random.default_rng(seed)
+    prompt = np.repeat(np.arange(len(sizes)), sizes)
+    step = rng.integers(0, steps, size=len(sizes))[prompt]
+    table = rollaudit.make_table(reward=rng.random(len(prompt)), prompt=prompt, step=step)
+    binned = rollaudit.audit(table, ["prompt"], device="cpu").step_groups
+    original = metrics._distinct_counts
+    with mock.patch.object(metrics, "_distinct_counts", lambda keys, span: original(keys, 1 << 62)):
+        sorted_ = rollaudit.audit(table, ["prompt"], device="cpu").step_groups
+    pd.testing.assert_frame_equal(binned, sorted_)
+    for value, row in binned.iterrows():
+        group_sizes = [
+            size for size, group_step in zip(sizes, step[np.cumsum(sizes) - 1], strict=True) if group_step == value
+        ]
+        assert row["prompts"] == len(group_sizes) and row["samples"] == sum(group_sizes)
+        assert row["smallest_group"] == min(group_sizes) and row["largest_group"] == max(group_sizes)
+        assert row["median_group"] == statistics.median(group_sizes)
+        assert row["group_size_std"] == pytest.approx(statistics.pstdev(group_sizes), abs=1e-12)

@@ -351,8 +351,9 @@ def test_step_runs_and_positions_piece_by_piece_match_whole_arrays(steps, cuts, 
         parts = split_steps(table)
         with mock.patch.object(load_module, "PIECE_ROWS", piece):
             shuffled = table.set_column(1, "position", pa.array(np.arange(len(steps))[::-1].copy()))
-            in_order = load_module._in_step_order(table)
-            reordered = load_module._in_step_order(shuffled)
+            in_order = load_module._sorted(table)
+            reordered = load_module._sorted(shuffled)
+            by_step = load_module._in_step_order([part for _, part in reversed(parts)])
     assert (runs is not None) == contiguous
     if contiguous:
         assert runs[0].tolist() == changes and runs[1].tolist() == run_steps
@@ -369,3 +370,6 @@ def test_step_runs_and_positions_piece_by_piece_match_whole_arrays(steps, cuts, 
     assert in_order.column("step").to_pylist() == sorted(steps)
     pairs = list(zip(reordered.column("step").to_pylist(), reordered.column("position").to_pylist(), strict=True))
     assert len(pairs) == len(steps) and all(a < b for a, b in itertools.pairwise(pairs))
+    # Tables of one step each, in any order, concatenated in step order as they are.
+    assert by_step.column("step").to_pylist() == sorted(steps)
+    assert by_step.column("position").to_pylist() == in_order.column("position").to_pylist()

@@ -61,3 +61,45 @@ def test_one_torch_thread_means_one_after_another():
     with SideBySide(torch.device("cpu"), tasks=3) as work:
         work.start("where", lambda: threading.current_thread().name)
         assert work.result("where") == threading.current_thread().name
+
+
+@pytest.mark.parametrize("device", MODES.values(), ids=MODES.keys())
+def test_a_task_after_others_starts_once_they_are_done_and_no_thread_waits_meanwhile(device):
+    release = threading.Event()
+    order = []
+
+    def slow():
+        release.wait(2)
+        order.append("slow")
+        return 1
+
+    with SideBySide(device, tasks=2) as work:
+        if device.type == "cpu":
+            work.start("slow", slow)
+            work.start("after", lambda: order.append("after") or work.result("slow") + 1, after=["slow"])
+            # Both threads are free for other work while "after" waits: this runs, and finishes, first.
+            work.start("free", lambda: order.append("free") or 3)
+            assert work.result("free") == 3
+            assert "slow" not in order  # it ran beside "slow", not after it
+            release.set()
+        else:  # one after another: each task's dependencies are done when it starts
+            release.set()
+            work.start("slow", slow)
+            work.start("after", lambda: order.append("after") or work.result("slow") + 1, after=["slow"])
+        assert work.result("after") == 2
+    assert order.index("slow") < order.index("after")
+
+
+def test_a_task_after_a_failed_one_still_runs_and_the_end_waits_for_every_task():
+    def fail():
+        raise ValueError("first")
+
+    ran = []
+    with SideBySide(torch.device("cpu"), tasks=2) as work:
+        work.start("fail", fail)
+        work.start("after", lambda: ran.append("after") or work.result("fail"), after=["fail"])
+        work.start("last", lambda: ran.append("last"), after=["after"])
+    # Leaving the block waited for tasks that were still waiting for others, errors kept for their callers.
+    assert sorted(ran) == ["after", "last"]
+    with pytest.raises(ValueError, match="first"):
+        work.result("after")

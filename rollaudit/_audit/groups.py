@@ -300,6 +300,7 @@ class Segments:
         self._codes, self.count, self.rows, self.device, self.runs = codes, count, rows, device, runs
         self.single = codes is None
         self._ends = None if runs is None else np.cumsum(runs)
+        self._kept: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def codes(self) -> torch.Tensor | None:
@@ -360,6 +361,13 @@ class Segments:
         for piece in self.pieces(values.numel()):
             self.add_sums(total, values[piece.rows], piece)
         return total
+
+    def kept_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """``sum(values)``, kept for the next call with the same tensor (never to be written into)."""
+        kept = self._kept
+        if kept is None or kept[0] is not values:
+            kept = self._kept = values, self.sum(values)
+        return kept[1]
 
     @cached_property
     def sizes(self) -> torch.Tensor:

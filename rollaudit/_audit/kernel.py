@@ -218,7 +218,10 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     count = groups.sizes if weight is None else groups.sum(weight)
     singleton = count == 1
     has_singletons = bool(singleton.any())
-    mean = groups.sum(value).div_(groups.sizes_at_least_one if weight is None else count.clamp(min=1))
+    if value is enc.reward:  # the rewards' sums are kept: the per-prompt mean rewards are these sums too
+        mean = groups.kept_sum(value) / groups.sizes_at_least_one
+    else:
+        mean = groups.sum(value).div_(groups.sizes_at_least_one if weight is None else count.clamp(min=1))
     affine = scheme.baseline == "mean" and (scheme.scale == "none" or scheme.std_over == "group")
     if affine and has_singletons and scheme.singleton == "raw":
         mean = torch.where(singleton, 0.0, mean)  # raw: a lone member keeps r (mean 0, std 1)

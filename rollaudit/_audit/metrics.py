@@ -148,7 +148,7 @@ def group_columns(enc: Encoded, groups: Groups) -> dict[str, np.ndarray | list]:
     trajectories, reward mean (over the finite rewards)."""
     segments = segments_of(enc, groups.group, groups.count)
     if enc.all_finite:
-        reward_sum, reward_count = segments.sum(enc.reward), groups.samples.to(F64)
+        reward_sum, reward_count = segments.kept_sum(enc.reward), groups.samples.to(F64)
     else:
         reward_sum = segments.sum(torch.where(enc.finite, enc.reward, 0.0))
         reward_count = _of_present(groups, segments.sum(enc.finite))
@@ -207,20 +207,20 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
     step, sizes = groups.step, groups.samples
     if sizes.numel() == 0:
         return {}
-    # One sort by (step, size): each step's groups become a run, smallest first, so order statistics are
-    # picked by position; and equal sizes become runs, so sums over a step's groups are sums over its few
-    # distinct sizes, each times its count (exact counts; a std from a handful of terms, not 50k).
+    # How many groups of each (step, size), in (step, size) order: each step's sizes become a run of distinct
+    # sizes, smallest first, so order statistics are found by counting, and sums over a step's groups are sums
+    # over its few distinct sizes, each times its count (exact counts; a std from a handful of terms, not 50k).
     span = groups.largest + 1
-    keys = torch.sort(step * span + sizes).values
-    pairs, pair_count = torch.unique_consecutive(keys, return_counts=True)
+    pairs, pair_count = _distinct_counts(step * span + sizes, enc.steps * span)
     pair_step, pair_size = pairs.div(span, rounding_mode="floor"), (pairs % span).to(F64)
-    by_size = keys.remainder_(span)
-    prompts = torch.bincount(step, minlength=enc.steps)
+    prompts = torch.bincount(pair_step, weights=pair_count.to(F64), minlength=enc.steps).to(torch.int64)
+    # Where each step's groups end in (step, size) order, and which distinct size holds a group's place there.
     ends = torch.cumsum(prompts, 0)
-    starts = (ends - prompts).clamp_(max=by_size.numel() - 1)  # a step without groups reads any; dropped below
+    starts = (ends - prompts).clamp_(max=sizes.numel() - 1)  # a step without groups reads any; dropped below
+    pair_ends = torch.cumsum(pair_count, 0)
 
-    def at(positions: torch.Tensor) -> torch.Tensor:
-        return by_size.index_select(0, positions)
+    def at(places: torch.Tensor) -> torch.Tensor:
+        return pairs.index_select(0, torch.searchsorted(pair_ends, places, right=True)) % span
 
     def per_step(values: torch.Tensor) -> torch.Tensor:
         return torch.bincount(pair_step, weights=values * pair_count, minlength=enc.steps)
@@ -240,6 +240,16 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
     }
     has = prompts > 0
     return {name: values[has].cpu().numpy() for name, values in columns.items()}
+
+
+def _distinct_counts(keys: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct values of non-negative int64 ``keys`` below ``span``, ascending, and how many of each: counted
+    into ``span`` bins where they are few enough (one pass, no sort), else sorted."""
+    if span <= 4 * keys.numel() + 1024:
+        counts = torch.bincount(keys, minlength=span)
+        distinct = torch.nonzero(counts).flatten()
+        return distinct, counts.index_select(0, distinct)
+    return torch.unique_consecutive(torch.sort(keys).values, return_counts=True)
 
 
 __all__ = [

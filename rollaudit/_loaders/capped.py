@@ -19,6 +19,7 @@ the read runs in this process, bounded only by the row checks.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import subprocess
@@ -30,6 +31,8 @@ from typing import IO, TYPE_CHECKING, Any
 from .._errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
 FREE_BYTES = 1 << 30
@@ -112,9 +115,6 @@ class _Worker:
             try:
                 stdin.write(json.dumps(request).encode() + b"\n")
                 stdin.flush()
-                # While the child reads: pyarrow imports pandas on the first array this process builds from the
-                # table (a fifth of a second), so it is imported now, side by side with the read.
-                import pandas  # noqa: F401
 
                 answer = stdout.readline()
                 if answer == b"ok\n":
@@ -195,8 +195,11 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         limit = _address_space() + address_space_limit(size)
         capped = limit if soft == resource.RLIM_INFINITY else min(limit, soft)
         resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
+        table = shared = None
         try:
-            table = tables.read_in_this_process(path, request["kind"], request["columns"])
+            shared = _shared_file(tables.read_pieces(path, request["kind"], request["columns"]), size)
+            if shared is None:  # no room in shared memory: read again, for the pipe
+                table = tables.read_in_this_process(path, request["kind"], request["columns"])
         except InputError as error:
             failure: dict[str, Any] = {name: getattr(error, name) for name in ("message", "field", "row", "expected")}
         except (MemoryError, pa.ArrowCapacityError):
@@ -212,46 +215,72 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
             resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
         if failure is not None:
             answers.write(json.dumps(failure).encode() + b"\n")
+        elif shared is not None:
+            answers.write(b"file " + shared.encode() + b"\n")
         else:
-            shared = _shared_file(table)
-            if shared is not None:
-                answers.write(b"file " + shared.encode() + b"\n")
-            else:
-                answers.write(b"ok\n")
-                with pa.ipc.new_stream(answers, table.schema) as writer:
-                    writer.write_table(table)
-            del table
+            answers.write(b"ok\n")
+            with pa.ipc.new_stream(answers, table.schema) as writer:
+                writer.write_table(table)
+        del table
         answers.flush()
 
 
 _SHARED_MEMORY = Path("/dev/shm")
 
 
-def _shared_file(table: pa.Table) -> str | None:
-    """The table as an Arrow IPC file in shared memory, which this process's parent maps without a copy; None
-    where there is no room (Docker gives /dev/shm 64 MB): the table then goes down the pipe."""
+def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
+    """The pieces of a table as an Arrow IPC file in shared memory, which this process's parent maps without a
+    copy, each written while the next is read; None where there is no room (Docker gives /dev/shm 64 MB). Pieces
+    over ``address_space_limit(size)`` bytes in all are a MemoryError, as one table of that size would be."""
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
 
     if not _SHARED_MEMORY.is_dir():
         return None
+    first = next(pieces)
     descriptor, name = tempfile.mkstemp(prefix="rollaudit-table-", suffix=".arrow", dir=_SHARED_MEMORY)
+    written = 0
     try:
-        with os.fdopen(descriptor, "wb") as stream, pa.ipc.new_file(stream, table.schema) as writer:
-            writer.write_table(table)
-    except (OSError, pa.ArrowException):
+        with (
+            os.fdopen(descriptor, "wb") as stream,
+            pa.ipc.new_file(stream, first.schema) as writer,
+            ThreadPoolExecutor(1) as writes,
+        ):
+            pending = writes.submit(writer.write_table, first)
+            for piece in itertools.chain([first], pieces):
+                if piece is not first:
+                    pending.result()
+                    pending = writes.submit(writer.write_table, piece)
+                written += piece.nbytes
+                if written > address_space_limit(size):
+                    raise MemoryError(f"{written} bytes of table")
+            pending.result()
+    except BaseException as error:
         os.unlink(name)
-        return None
+        no_room = isinstance(error, (OSError, pa.ArrowException)) and not isinstance(error, MemoryError)
+        if no_room and not isinstance(error, pa.ArrowCapacityError):
+            return None
+        raise
     return name
 
 
 def _mapped_table(name: str) -> pa.Table:
     """The table the child left in shared memory: mapped, then the name removed (the mapping keeps the pages)."""
+    import mmap
+
     import pyarrow as pa
 
     try:
-        with pa.memory_map(name) as source:
-            return pa.ipc.open_file(source).read_all()
+        descriptor = os.open(name, os.O_RDONLY)
+        try:
+            # Its pages mapped in at once (every one is read next): a fault per page costs more.
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            mapped = mmap.mmap(descriptor, 0, flags=flags, prot=mmap.PROT_READ)
+        finally:
+            os.close(descriptor)
+        # The table's buffers hold the mapping: it is unmapped when the last of them goes.
+        return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
     finally:
         os.unlink(name)

@@ -22,7 +22,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import CANONICAL_COLUMNS, POSITION, PROMPT, STEP, concat_tables, contiguous_runs
+from .._table import (
+    CANONICAL_COLUMNS,
+    POSITION,
+    PROMPT,
+    STEP,
+    arrow_array,
+    concat_tables,
+    contiguous_runs,
+    numpy_view,
+)
 
 # Per-token values stored as float32 copies of one float64 scalar agree to about 1e-7.
 TOKEN_TOLERANCE = 1e-5
@@ -103,15 +112,19 @@ def string_like(kind: pa.DataType) -> bool:
 _NUMBER_TEXT = r"^\s*[-+]?((\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)\s*$"
 
 
-def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array:
-    """Numbers (ints, floats, bools, numeric strings) as float64, nulls kept; anything else names its first row."""
+def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array | pa.ChunkedArray:
+    """Numbers (ints, floats, bools, numeric strings) as float64, nulls kept (chunks as they are: no copy of a
+    float64 column); anything else names its first row."""
+    numeric = (is_number, pa.types.is_boolean, pa.types.is_null)
+    if any(check(array.type) for check in numeric):
+        # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
+        return array.cast(pa.float64(), safe=False)
     array = plain(array)
     kind = array.type
     if pa.types.is_dictionary(kind):
         array = array.dictionary_decode()
         kind = array.type
-    if is_number(kind) or pa.types.is_boolean(kind) or pa.types.is_null(kind):
-        # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
+    if any(check(kind) for check in numeric):
         return array.cast(pa.float64(), safe=False)
     if string_like(kind):
         if pa.types.is_string_view(kind):
@@ -135,8 +148,11 @@ def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> p
     raise InputError(f"has type {kind}", file=str(path), field=field, expected="a numeric column")
 
 
-def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array:
-    """A prompt or trajectory key: int64 or string (integral floats become ints; nested values their JSON text)."""
+def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array | pa.ChunkedArray:
+    """A prompt or trajectory key: int64 or string (integral floats become ints; nested values their JSON text);
+    int64 and string keys as they are (chunks too: no copy)."""
+    if array.type in (pa.int64(), pa.string()):
+        return array
     array = plain(array)
     kind = array.type
     if pa.types.is_dictionary(kind):
@@ -187,9 +203,8 @@ def _scalar_text(value: Any) -> str:
     return str(value)  # datetime, date, time, timedelta, Decimal: str() gives back the text they were read from
 
 
-def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np.ndarray:
-    """Integer steps as int64 numpy; a null or fractional step names its row."""
-    array = plain(array)
+def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array | pa.ChunkedArray:
+    """Integer steps as int64 (chunks as they are); a null or fractional step names its row."""
     kind = array.type
     if array.null_count:
         raise InputError(
@@ -200,8 +215,8 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np
             expected="a step on every row",
         )
     if pa.types.is_integer(kind):
-        return int64_values(array, path, field, "an integer step").to_numpy()
-    values = float_values(array, path, field).to_numpy(zero_copy_only=False)
+        return int64_values(array, path, field, "an integer step")
+    values = plain(float_values(array, path, field)).to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values) | (values != np.floor(values))
     if bad.any():
@@ -212,10 +227,12 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> np
             row=int(np.flatnonzero(bad)[0]),
             expected="an integer step",
         )
-    return values.astype(np.int64)
+    return arrow_array(values.astype(np.int64))
 
 
-def int64_values(array: pa.Array, path: Path, field: str, expected: str) -> pa.Array:
+def int64_values(
+    array: pa.Array | pa.ChunkedArray, path: Path, field: str, expected: str
+) -> pa.Array | pa.ChunkedArray:
     """An integer column as int64; a uint64 value past int64 names its row."""
     try:
         return array.cast(pa.int64())
@@ -250,15 +267,20 @@ def name_step(digits: str, path: Path) -> int:
     return int(digits)
 
 
-def missing_to_nan(rewards: pa.Array) -> tuple[pa.Array, int]:
+def missing_to_nan(rewards: pa.Array | pa.ChunkedArray) -> tuple[pa.Array | pa.ChunkedArray, int]:
     """Null rewards as NaN (the audit reports them), and how many there were."""
     missing = rewards.null_count
     return (pc.fill_null(rewards, math.nan) if missing else rewards), missing
 
 
-def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array) -> None:
+def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array | pa.ChunkedArray) -> None:
     """One warning per file for rewards that are missing, NaN or infinite (kept; the audit reports them)."""
-    # Arrow's kernels: bitmaps rather than a byte per row, and no pandas import (Array.to_numpy makes one).
+    # A finite sum proves every reward finite (NaN and infinities propagate), summed by numpy over views of the
+    # chunks (Arrow's sum is slower, and Array.to_numpy imports pandas).
+    chunks = rewards.chunks if isinstance(rewards, pa.ChunkedArray) else [rewards]
+    if not nulls and rewards.null_count == 0 and math.isfinite(sum(float(numpy_view(chunk).sum()) for chunk in chunks)):
+        return
+    # Arrow's kernels from here: bitmaps rather than a byte per row, and no pandas import.
     finite = pc.is_finite(rewards)
     bad = len(rewards) - int(pc.sum(finite).as_py() or 0)
     if not bad:

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._errors import InputError, RollauditWarning
-from .._table import concat_tables, make_table
+from .._table import make_table
 from . import capped, columns, tables
 from .base import Format
 
@@ -148,8 +148,9 @@ def _read_table(path: Path, kind: str, options: LoadOptions) -> tuple[pa.Table, 
     return table, roles
 
 
-def read_steps(path: Path, options: LoadOptions) -> tuple[list[tuple[int, pa.Table]], bool]:
-    """One generic table: canonical tables per step, and whether the file had its own steps."""
+def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
+    """One generic table: its canonical table (rows as in the file; ``combine`` splits it by step), and whether
+    the file had its own steps."""
     kind = tables.sniff(path)
     if kind == "empty":
         raise InputError("empty file", file=str(path), expected="rollouts, one row per sample")
@@ -197,7 +198,7 @@ def read_steps(path: Path, options: LoadOptions) -> tuple[list[tuple[int, pa.Tab
 
     has_steps = roles.step is not None
     if has_steps:
-        steps = pa.array(columns.step_values(table.column(roles.step), path, roles.step))
+        steps = columns.step_values(table.column(roles.step), path, roles.step)
     else:
         steps = pa.array(np.full(rows, columns.step_in_name(path) or 0, dtype=np.int64))
         has_steps = columns.step_in_name(path) is not None
@@ -230,7 +231,7 @@ def read_steps(path: Path, options: LoadOptions) -> tuple[list[tuple[int, pa.Tab
                 RollauditWarning,
                 stacklevel=4,
             )
-    return columns.split_steps(canonical), has_steps
+    return canonical, has_steps
 
 
 _HAS_STEPS = b"rollaudit.generic.has_steps"
@@ -238,8 +239,7 @@ _HAS_STEPS = b"rollaudit.generic.has_steps"
 
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One table file to its canonical rows (all its steps in one table), whether it had steps in its metadata."""
-    parts, has_steps = read_steps(path, options)
-    table = concat_tables([table for _, table in parts])
+    table, has_steps = read_canonical(path, options)
     return table.replace_schema_metadata({_HAS_STEPS: b"1" if has_steps else b"0"})
 
 

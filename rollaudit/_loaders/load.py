@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .._errors import InputError, UsageError
-from .._table import PIECE_ROWS, POSITION, STEP, concat_tables, merge_found, with_found
+from .._table import PIECE_ROWS, POSITION, STEP, concat_tables, merge_found, numpy_view, with_found
 from .engine import run_items
 from .options import LoadOptions
 from .registry import FORMATS, formats_read
@@ -199,20 +199,30 @@ def load(
     for name, (paths, parts) in grouped.items():
         tables.extend(FORMATS[name].combine(paths, parts, options))
     found, notes = merge_found(tables)
-    table = _in_step_order(concat_tables(tables))
+    table = _in_step_order(tables)
     # Which formats were read, and what they found, travel with the table: a caller need not open a file again.
     table = table.replace_schema_metadata({FORMATS_METADATA: "+".join(sorted(grouped))})
     return with_found(table, found, notes) if found or notes else table
 
 
-def _in_step_order(table: pa.Table) -> pa.Table:
-    """The table sorted by step, then position; as it is (no copy) when it already is, as loaders give it."""
+def _in_step_order(tables: list[pa.Table]) -> pa.Table:
+    """The tables as one, sorted by step, then position: concatenated as they are (no copy) when each holds one
+    step in ascending positions, as formats combine them, else sorted."""
+    firsts = [_single_step(table) for table in tables]
+    if None not in firsts and len(set(firsts)) == len(firsts):
+        order = sorted(range(len(tables)), key=firsts.__getitem__)
+        return concat_tables([tables[index] for index in order])
+    return _sorted(concat_tables(tables))
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """The table sorted by step, then position; as it is (no copy) when it already is."""
     import numpy as np
 
     previous = None
     # Piece by piece, across chunks: no column is combined, no row-sized temporary made.
     for batch in table.select([STEP, POSITION]).to_batches(max_chunksize=PIECE_ROWS):
-        steps, positions = batch.column(0).to_numpy(), batch.column(1).to_numpy()
+        steps, positions = numpy_view(batch.column(0)), numpy_view(batch.column(1))
         if len(steps) == 0:
             continue
         later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
@@ -221,6 +231,25 @@ def _in_step_order(table: pa.Table) -> pa.Table:
             return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
         previous = int(steps[-1]), int(positions[-1])
     return table
+
+
+def _single_step(table: pa.Table) -> int | None:
+    """The step of a table whose rows all have one step, in ascending positions; None for any other table.
+    Piece by piece, across chunks: no column is combined, no row-sized temporary made."""
+    import numpy as np
+
+    step = previous = None
+    for batch in table.select([STEP, POSITION]).to_batches(max_chunksize=PIECE_ROWS):
+        steps, positions = numpy_view(batch.column(0)), numpy_view(batch.column(1))
+        if len(steps) == 0:
+            continue
+        step = int(steps[0]) if step is None else step
+        if not (bool(np.all(steps == step)) and bool(np.all(positions[1:] > positions[:-1]))):
+            return None
+        if previous is not None and int(positions[0]) <= previous:
+            return None
+        previous = int(positions[-1])
+    return step
 
 
 def loaded_formats(table: pa.Table) -> list[str]:

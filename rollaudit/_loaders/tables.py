@@ -15,6 +15,7 @@ import csv
 import functools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -487,14 +488,35 @@ def read_in_this_process(path: Path, kind: str, columns: list[str] | None) -> pa
 
     Memory errors pass through: the capped reader (:mod:`.capped`) names the bound they hit.
     """
+    pieces = list(read_pieces(path, kind, columns))
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+PIECE_ROWS = 1 << 20
+"""Rows per piece of a Parquet read."""
+
+
+def read_pieces(path: Path, kind: str, columns: list[str] | None) -> Iterator[pa.Table]:
+    """:func:`read_in_this_process` a piece at a time: a Parquet file ``PIECE_ROWS`` rows at a time (a reader that
+    hands each piece on before the next holds one piece, not the table, and its memory is reused rather than
+    freshly paged in), other kinds whole; at least one piece, whose schema every other piece has.
+    """
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
             with pq.ParquetFile(path) as parquet:  # a file, never a dataset: no partitions read from its path
                 check_rows(parquet.metadata.num_rows, path)
-                table = parquet.read(columns=columns)
-        elif kind == "arrow-stream":
+                rows = 0
+                for batch in parquet.iter_batches(batch_size=PIECE_ROWS, columns=columns):
+                    rows += batch.num_rows
+                    check_rows(rows, path)
+                    yield _decoded(pa.Table.from_batches([batch]))
+                if rows == 0:
+                    empty = parquet.schema_arrow.empty_table()
+                    yield _decoded(empty if columns is None else empty.select(columns))
+            return
+        if kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
                 table = reader.read_all()
             table = table if columns is None else table.select(columns)
@@ -503,7 +525,7 @@ def read_in_this_process(path: Path, kind: str, columns: list[str] | None) -> pa
 
             table = feather.read_table(path, columns=columns)
         check_rows(table.num_rows, path)
-        return _decoded(table)
+        yield _decoded(table)
     except (MemoryError, pa.ArrowCapacityError):  # ArrowMemoryError is a MemoryError: data that does not fit
         raise
     except (pa.ArrowException, OSError) as error:

@@ -265,7 +265,7 @@ def _rows_of(table: pa.Table, step: int) -> pa.Array:
 
 def _steps(table: pa.Table, field: str | None, path: Path) -> pa.Array:
     if field is not None:
-        return pa.array(columns.step_values(table.column(field), path, field))
+        return columns.step_values(table.column(field), path, field)
     return columns.file_name_steps(
         path,
         _FILE_NAME,

@@ -273,7 +273,7 @@ def _v1_keys(uid: pa.ChunkedArray, path: Path) -> dict[str, pa.Array]:
 def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
     """The step field, or the file name's step when no line has one."""
     if field in table.column_names and table.column(field).null_count < table.num_rows:
-        return pa.array(columns.step_values(table.column(field), path, field))
+        return columns.step_values(table.column(field), path, field)
     return columns.file_name_steps(
         path,
         _STEP_FILE,
