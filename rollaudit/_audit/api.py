@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     from .encode import Encoded
     from .tally import Tally
-    from .threads import SideBySide
 
 DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]
@@ -116,7 +115,7 @@ def audit(
         step_group_sizes,
         with_trajectories,
     )
-    from .tally import Layout, Reference, start_tallies, tally_of
+    from .tally import Layout, Reference, start_tallies
     from .threads import SideBySide
 
     started = time.perf_counter()
@@ -141,47 +140,36 @@ def audit(
             if groups is None
             else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
         )
-        # Each task starts as soon as what it reads is there: the reference's signs (and the squares every pass
-        # shares) after its advantages, each scheme's metric pass after its advantages and the reference, the
-        # prompt groups' trajectories after the schemes (a trajectory scheme's units are theirs), and what the
-        # groups alone give after those.
-        work.start(
-            Reference,
-            lambda: Reference.of(work.result(reference_name), tol).with_squares(layout),
-            after=[reference_name],
-        )
-        start_tallies(work, resolved, reference_name, Reference, layout, tol)
-        if groups is not None:
-            work.start(with_trajectories, partial(with_trajectories, encoded, groups), after=resolved)
-            for task in (step_group_sizes, group_columns):
-                work.start(task, partial(_with_groups, work, task, encoded), after=[with_trajectories])
-            work.start(histograms, lambda: histograms(work.result(with_trajectories)), after=[with_trajectories])
+        # The reference's signs, and its squares every pass shares, as soon as its advantages are there.
+        work.start(Reference, lambda: Reference.of(work.result(reference_name), tol).with_squares(layout))
         values = work.results(resolved)
-        tallied = list(resolved)
 
         detection = None
         if has_recorded(table):
-            # Fit every audited scheme too, their advantages reused rather than recomputed; presets first, so
-            # that they win exact ties. Then the recorded advantages are tallied like one more scheme.
+            # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
+            # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
             candidates = [*candidate_schemes(table), *values, *recorded_schemes]
             detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
             recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
             values = {**values, RECORDED_ROW: recorded_tensor}
-            work.start(RECORDED_ROW, lambda: recorded_tensor)
-            start_tallies(work, [RECORDED_ROW], reference_name, Reference, layout, tol)
-            tallied.append(RECORDED_ROW)
-        passes = [tally_of(name) for name in tallied]
+
+        # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from
+        # it. Beside the passes, what the prompt groups alone give.
+        if groups is not None:  # first: what waits for it starts after the passes
+            work.start(with_trajectories, partial(with_trajectories, encoded, groups))
+        start_tallies(work, values, work.result(Reference), layout, tol)
         if groups is not None:
+            for task in (step_group_sizes, group_columns):
+                work.start(task, lambda task=task: task(encoded, work.result(with_trajectories)))
+            work.start(histograms, lambda: histograms(work.result(with_trajectories)))
             work.start(
-                scheme_columns,
-                lambda groups=groups: scheme_columns(groups, _tallies(work, tallied), reference_name),
-                after=passes,
+                scheme_columns, lambda groups=groups: scheme_columns(groups, work.results(values), reference_name)
             )
         info = _info(table, encoded)
         if unavailable is not None:
             info["per_prompt_unavailable"] = unavailable
         # The run's and the steps' frames here, while the pool makes the prompts' columns.
-        summary, per_step = _summary_and_steps(encoded, _tallies(work, tallied))
+        summary, per_step = _summary_and_steps(encoded, work.results(values))
         if groups is not None:
             by_group = work.results([with_trajectories, step_group_sizes, group_columns, histograms, scheme_columns])
             groups = by_group[with_trajectories]
@@ -221,20 +209,6 @@ def audit(
             else None
         ),
     )
-
-
-def _tallies(work: SideBySide, names: list[str]) -> dict[str, Tally]:
-    """The metric passes of the advantages of ``names``, by name."""
-    from .tally import tally_of
-
-    return {name: work.result(tally_of(name)) for name in names}
-
-
-def _with_groups(work: SideBySide, task, encoded: Encoded):
-    """``task(encoded, groups)`` of the prompt groups with their trajectories."""
-    from .metrics import with_trajectories
-
-    return task(encoded, work.result(with_trajectories))
 
 
 def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -3,9 +3,8 @@ an idle core. On a GPU, or with one torch thread, tasks run one after another in
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -15,12 +14,9 @@ class SideBySide:
     """Tasks started by name, their results collected in the order asked for, so that the first failing task of
     that order raises its error, as it would one task after another.
 
-    A task that needs others' results names them in ``after``: it is handed to a thread only once they are done,
-    so that no thread sits waiting while there is work another task could do.
-
     >>> with SideBySide(torch.device("cpu"), tasks=2) as work:
     ...     work.start("a", lambda: 1)
-    ...     work.start("b", lambda: work.result("a") + 1, after=["a"])
+    ...     work.start("b", lambda: 2)
     ...     work.results(["b", "a"])
     {'b': 2, 'a': 1}
     """
@@ -39,51 +35,19 @@ class SideBySide:
 
     def __exit__(self, *exc_info: object) -> None:
         if self._pool is not None:
-            wait(list(self._started.values()))  # tasks still waiting for others are handed over before the end
             self._pool.shutdown(wait=True)
 
-    def start(self, name: Hashable, task: Callable[[], Any], after: Iterable[Hashable] = ()) -> None:
-        """Start ``task`` once the tasks named in ``after`` are done (in a thread where there is a pool; here and
-        now otherwise, its error kept for later)."""
-        waiting = [self._started[other] for other in after]
-        waiting = [future for future in waiting if not future.done()]
-        if self._pool is None:
-            assert not waiting, "one after another, a task's dependencies are done before it starts"
-            done: Future = Future()
-            try:
-                done.set_result(task())
-            except Exception as error:  # raised again by ``result``, in its turn
-                done.set_exception(error)
-            self._started[name] = done
-        elif not waiting:
+    def start(self, name: Hashable, task: Callable[[], Any]) -> None:
+        """Start ``task`` (in a thread where there is a pool; here and now otherwise, its error kept for later)."""
+        if self._pool is not None:
             self._started[name] = self._pool.submit(task)
-        else:
-            self._started[name] = self._when_done(waiting, task)
-
-    def _when_done(self, waiting: list[Future], task: Callable[[], Any]) -> Future:
-        """A future of ``task``, handed to the pool by whichever of ``waiting`` finishes last."""
-        pool, outcome = self._pool, Future()
-        assert pool is not None
-        left, lock = [len(waiting)], threading.Lock()
-
-        def hand_over(running: Future) -> None:
-            if running.cancelled():
-                outcome.cancel()
-            elif running.exception() is not None:
-                outcome.set_exception(running.exception())
-            else:
-                outcome.set_result(running.result())
-
-        def one_done(_: Future) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                pool.submit(task).add_done_callback(hand_over)
-
-        for future in waiting:
-            future.add_done_callback(one_done)
-        return outcome
+            return
+        done: Future = Future()
+        try:
+            done.set_result(task())
+        except Exception as error:  # raised again by ``result``, in its turn
+            done.set_exception(error)
+        self._started[name] = done
 
     def result(self, name: Hashable) -> Any:
         """One task's result (waiting for it); its error if it failed."""
