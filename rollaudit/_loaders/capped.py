@@ -8,7 +8,12 @@ system's: the read runs in one long-lived child process whose address space
 is limited (``RLIMIT_AS``) to what it had plus
 ``FREE_BYTES + BYTES_PER_FILE_BYTE`` times the file's size. An expansion past
 that fails an allocation in the child and comes back as one line naming the
-file; the table comes back as an Arrow IPC stream over a pipe.
+file. A Parquet file is read a million rows at a time, and each piece is
+written to an Arrow IPC file in shared memory while the next is read (the
+child holds one piece, and reuses its memory rather than paging in the whole
+table fresh); the parent maps that file, so the table is never copied again.
+The pieces count against the same bound, and where shared memory has no room
+the table comes back as an IPC stream over the pipe.
 
 The child uses the system allocator (``ARROW_DEFAULT_MEMORY_POOL=system``):
 mimalloc reserves a GiB of address space up front and would fail under any
@@ -259,9 +264,9 @@ def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
             pending.result()
     except BaseException as error:
         os.unlink(name)
-        no_room = isinstance(error, (OSError, pa.ArrowException)) and not isinstance(error, MemoryError)
-        if no_room and not isinstance(error, pa.ArrowCapacityError):
-            return None
+        too_much = isinstance(error, (MemoryError, pa.ArrowCapacityError))  # ArrowMemoryError is both kinds
+        if isinstance(error, (OSError, pa.ArrowException)) and not too_much:
+            return None  # no room: the caller reads again, for the pipe
         raise
     return name
 
