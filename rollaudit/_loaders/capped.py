@@ -253,14 +253,14 @@ def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
             pa.ipc.new_file(stream, first.schema) as writer,
             ThreadPoolExecutor(1) as writes,
         ):
-            pending = writes.submit(writer.write_table, first)
-            for piece in itertools.chain([first], pieces):
-                if piece is not first:
-                    pending.result()
-                    pending = writes.submit(writer.write_table, piece)
+            pending = None
+            for piece in itertools.chain([first], pieces):  # the next piece is read while this one is written
                 written += piece.nbytes
                 if written > address_space_limit(size):
                     raise MemoryError(f"{written} bytes of table")
+                if pending is not None:
+                    pending.result()
+                pending = writes.submit(writer.write_table, piece)
             pending.result()
     except BaseException as error:
         os.unlink(name)

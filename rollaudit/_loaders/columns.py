@@ -113,18 +113,13 @@ _NUMBER_TEXT = r"^\s*[-+]?((\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|inf|infinity|nan)\
 
 
 def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array | pa.ChunkedArray:
-    """Numbers (ints, floats, bools, numeric strings) as float64, nulls kept (chunks as they are: no copy of a
-    float64 column); anything else names its first row."""
-    numeric = (is_number, pa.types.is_boolean, pa.types.is_null)
-    if any(check(array.type) for check in numeric):
-        # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
-        return array.cast(pa.float64(), safe=False)
-    array = plain(array)
+    """Numbers (ints, floats, bools, numeric strings) as float64, nulls kept, chunk by chunk (a float64 column is
+    not copied); anything else names its first row."""
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
     kind = array.type
-    if pa.types.is_dictionary(kind):
-        array = array.dictionary_decode()
-        kind = array.type
-    if any(check(kind) for check in numeric):
+    if is_number(kind) or pa.types.is_boolean(kind) or pa.types.is_null(kind):
+        # Unsafe: an int beyond 2**53 (or a wide decimal) becomes the nearest double instead of an error.
         return array.cast(pa.float64(), safe=False)
     if string_like(kind):
         if pa.types.is_string_view(kind):
@@ -149,15 +144,11 @@ def float_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> p
 
 
 def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.Array | pa.ChunkedArray:
-    """A prompt or trajectory key: int64 or string (integral floats become ints; nested values their JSON text);
-    int64 and string keys as they are (chunks too: no copy)."""
-    if array.type in (pa.int64(), pa.string()):
-        return array
-    array = plain(array)
+    """A prompt or trajectory key: int64 or string (integral floats become ints; nested values their JSON text),
+    chunk by chunk (int64 and string keys are not copied)."""
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
     kind = array.type
-    if pa.types.is_dictionary(kind):
-        array = array.dictionary_decode()
-        kind = array.type
     if pa.types.is_integer(kind) or pa.types.is_null(kind):
         try:
             return array.cast(pa.int64())
@@ -216,7 +207,7 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa
         )
     if pa.types.is_integer(kind):
         return int64_values(array, path, field, "an integer step")
-    values = plain(float_values(array, path, field)).to_numpy(zero_copy_only=False)
+    values = float_values(array, path, field).to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(values) | (values != np.floor(values))
     if bad.any():

@@ -206,17 +206,24 @@ def load(
 
 
 def _in_step_order(tables: list[pa.Table]) -> pa.Table:
-    """The tables as one, sorted by step, then position: concatenated as they are (no copy) when each holds one
-    step in ascending positions, as formats combine them, else sorted."""
-    firsts = [_single_step(table) for table in tables]
-    if None not in firsts and len(set(firsts)) == len(firsts):
-        order = sorted(range(len(tables)), key=firsts.__getitem__)
-        return concat_tables([tables[index] for index in order])
+    """The tables as one, sorted by step, then position. Formats combine one table per step: taken in the order of
+    their first steps, they are usually in order already, and are then concatenated as they are (no copy); any
+    other tables are sorted as given."""
+    firsts = [(table.column(STEP)[0].as_py() if table.num_rows else -1) for table in tables]
+    joined = concat_tables([tables[index] for index in sorted(range(len(tables)), key=firsts.__getitem__)])
+    if _ordered(joined):
+        return joined
     return _sorted(concat_tables(tables))
 
 
 def _sorted(table: pa.Table) -> pa.Table:
     """The table sorted by step, then position; as it is (no copy) when it already is."""
+    return table if _ordered(table) else table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+
+
+def _ordered(table: pa.Table) -> bool:
+    """Whether (step, position) strictly ascend from row to row: then no two rows tie, and the table is its own
+    sort whatever order its parts came in."""
     import numpy as np
 
     previous = None
@@ -228,28 +235,9 @@ def _sorted(table: pa.Table) -> pa.Table:
         later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
         ordered = bool(np.all(later | (same & (positions[1:] > positions[:-1]))))
         if not ordered or (previous is not None and (int(steps[0]), int(positions[0])) <= previous):
-            return table.sort_by([(STEP, "ascending"), (POSITION, "ascending")])
+            return False
         previous = int(steps[-1]), int(positions[-1])
-    return table
-
-
-def _single_step(table: pa.Table) -> int | None:
-    """The step of a table whose rows all have one step, in ascending positions; None for any other table.
-    Piece by piece, across chunks: no column is combined, no row-sized temporary made."""
-    import numpy as np
-
-    step = previous = None
-    for batch in table.select([STEP, POSITION]).to_batches(max_chunksize=PIECE_ROWS):
-        steps, positions = numpy_view(batch.column(0)), numpy_view(batch.column(1))
-        if len(steps) == 0:
-            continue
-        step = int(steps[0]) if step is None else step
-        if not (bool(np.all(steps == step)) and bool(np.all(positions[1:] > positions[:-1]))):
-            return None
-        if previous is not None and int(positions[0]) <= previous:
-            return None
-        previous = int(positions[-1])
-    return step
+    return True
 
 
 def loaded_formats(table: pa.Table) -> list[str]:
