@@ -37,10 +37,10 @@ if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and
     from ._gate.baseline import read_baseline, write_baseline
     from ._gate.config import GateConfig, gate_config, load_gate_config
     from ._gate.evaluate import GateResult, run_gate
-    from ._loaders.load import detect_format, expand_paths, load, loaded_formats
+    from ._loaders.load import detect_format, expand_paths, load
     from ._loaders.options import LoadOptions
     from ._loaders.registry import FORMATS
-    from ._table import CANONICAL_COLUMNS, make_table, validate_table
+    from ._table import CANONICAL_COLUMNS, loaded_formats, make_table, validate_table
 
 
 def _exports() -> dict[str, str]:

@@ -74,6 +74,11 @@ class SchemeError(RollauditError):
     """An unknown or malformed scheme string, or a scheme that cannot apply to a batch."""
 
 
+class NotAuditable(SchemeError):
+    """A scheme this dump cannot support (a key or field it lacks, or a choice it leaves open): the audit lists
+    it, with this line as the reason, and goes on with the rest."""
+
+
 class UsageError(RollauditError):
     """Options that do not fit together, or an output that cannot be written."""
 

@@ -388,6 +388,7 @@ def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
 # ({label: {what: count}}: V1 sessions, fan-out trajectories, padding rows left out) and notes (what the dump
 # cannot tell), in the table's metadata.
 
+FORMATS_METADATA = b"rollaudit.formats"
 FOUND_METADATA = b"rollaudit.found"
 NOTES_METADATA = b"rollaudit.notes"
 
@@ -421,6 +422,49 @@ def with_found(table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: I
     return table.replace_schema_metadata(metadata)
 
 
+# What a loader knows of the run beyond its rows (``{fact: value}``, JSON-ready):
+#   ``trained_default``: ``{"scheme": str | None, "why": str}``, the framework's default preset for this layout
+#       and version (None: the loader cannot tell which, and ``why`` says why), an assumption the report names;
+#   ``no_trajectory``: why the dump cannot tie a sample to its trajectory (schemes over trajectories are then
+#       not auditable).
+FACTS_METADATA = b"rollaudit.facts"
+
+
+def facts_in(table: pa.Table) -> dict[str, Any]:
+    """What the loader of ``table`` knows of its run (see ``FACTS_METADATA``); empty when it said nothing."""
+    import json
+
+    text = (table.schema.metadata or {}).get(FACTS_METADATA)
+    return json.loads(text) if text else {}
+
+
+def with_facts(table: pa.Table, **facts: Any) -> pa.Table:
+    """``table`` carrying ``facts`` (JSON-ready values; None leaves a fact out) beside those it has."""
+    import json
+
+    merged = {**facts_in(table), **{name: value for name, value in facts.items() if value is not None}}
+    metadata = dict(table.schema.metadata or {})
+    metadata[FACTS_METADATA] = json.dumps(merged).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def with_trained_default(table: pa.Table, scheme: str | None, why: str) -> pa.Table:
+    """``table`` naming its framework's default preset (None: cannot tell which; ``why`` says what is assumed)."""
+    return with_facts(table, trained_default={"scheme": scheme, "why": why})
+
+
+def merge_facts(tables: Iterable[pa.Table]) -> dict[str, Any]:
+    """The facts of several tables (the steps of a run): a fact the tables state differently is left out."""
+    merged: dict[str, Any] = {}
+    conflicting: set[str] = set()
+    for table in tables:
+        for name, value in facts_in(table).items():
+            if name in merged and merged[name] != value:
+                conflicting.add(name)
+            merged.setdefault(name, value)
+    return {name: value for name, value in merged.items() if name not in conflicting}
+
+
 def merge_found(tables: Iterable[pa.Table]) -> tuple[dict[str, dict[str, int]], list[str]]:
     """The counts and notes of several tables (the steps of a run): counts summed, notes once each, in order."""
     merged: dict[str, dict[str, int]] = {}
@@ -432,3 +476,9 @@ def merge_found(tables: Iterable[pa.Table]) -> tuple[dict[str, dict[str, int]], 
                 into[what] = into.get(what, 0) + count
         notes.update(dict.fromkeys(notes_in(table)))
     return merged, list(notes)
+
+
+def loaded_formats(table: pa.Table) -> list[str]:
+    """The formats ``rollaudit.load`` read to make ``table`` (empty for a table made another way)."""
+    text = (table.schema.metadata or {}).get(FORMATS_METADATA, b"").decode()
+    return text.split("+") if text else []

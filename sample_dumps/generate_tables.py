@@ -94,6 +94,39 @@ def write_verl(root: Path) -> list[Path]:
     return written
 
 
+def verl_per_step_input_lines(rng: random.Random, step: int, tasks: int, n: int) -> list[dict[str, Any]]:
+    """A multi-step fork's lines (verl-agent and its descendants) in verl's v0 layout: one row per environment step
+    of each of the n episodes of a task, that step's observation as ``input``, the episode's reward as ``score`` and
+    no ``uid`` or ``traj_uid``. The n episodes of a task start from the same observation, then diverge."""
+    lines = []
+    for task in range(tasks):
+        start = f"You are in room {task}. Find the key and open the door.\nAvailable actions: look, go, take."
+        for episode in range(n):
+            solved = rng.random() < 0.5
+            observation = start
+            for turn in range(rng.randint(2, 5)):
+                action = rng.choice(["look", "go north", "go east", "take key"])
+                lines.append(
+                    {
+                        "input": observation,
+                        "output": f"<action>{action}</action>",
+                        "gts": "open door",
+                        "score": 1.0 if solved else 0.0,
+                        "step": step,
+                    }
+                )
+                observation = f"{start}\n[episode {episode}, turn {turn + 1}] You did: {action}. You see a corridor."
+    return lines
+
+
+def write_verl_per_step_inputs(path: Path, step: int = 1) -> Path:
+    """One ``{step}.jsonl`` of per-step observations as ``input`` (no uid): its groups cannot be read from it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = verl_per_step_input_lines(random.Random(7), step, tasks=3, n=4)
+    path.write_text("".join(json.dumps(entry, ensure_ascii=False) + "\n" for entry in lines), encoding="utf-8")
+    return path
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # TRL: GRPOTrainer(log_completions=True) writes completions/completions_{global_step:05d}.parquet.
 

@@ -104,9 +104,11 @@ def _units(group, scheme):
         if scheme.siblings == "equal" and any(not reward == rewards[0] for reward in rewards[1:]):
             raise OracleError("siblings with different rewards")
         finite = [reward for reward in rewards if math.isfinite(reward)]
+        if scheme.representative is None and len(set(finite)) > 1:
+            raise OracleError("no representative named, and the trajectory's rows have different rewards")
         if not finite:
             value = None
-        elif scheme.representative == "first":
+        elif scheme.representative in ("first", None):
             value = finite[0]
         elif scheme.representative == "last":
             value = finite[-1]

@@ -389,7 +389,7 @@ def test_convert_failed_load_leaves_nothing(tmp_path):
     ("args", "fragment"),
     [
         (["compare", "no/such/dump.pt"], "no such file or directory"),
-        (["compare", "PYPROJECT"], "unknown dump format"),
+        (["compare", "PYPROJECT"], "not a dump rollaudit reads"),
         (["compare", FANOUT, "--format", "csv"], "unknown format 'csv'"),
         (["compare", FANOUT, "-s", "batch,wrong"], "unknown scheme 'wrong'"),
         (["compare", FANOUT, "-s", "prompt(scale=nope)"], "scale"),

@@ -80,7 +80,10 @@ def test_sign_flip_bound_fails_on_fanout_with_exit_1_and_names_the_measured_rate
     assert "rollaudit gate: FAILED (1 of 1 rule)" in out
     row = next(line for line in out.splitlines() if "max batch:sign_flip_rate" in line)
     assert "0.2386 (23.86%)" in row and "<= 0.01 (1%)" in row and "FAIL" in row
-    assert "batch:sign_flip_rate vs prompt = 0.2386 (23.86%), above the maximum 0.01 (1%)" in out
+    assert (
+        "batch:sign_flip_rate vs prompt (what batch would do to this data) = 0.2386 (23.86%), "
+        "above the maximum 0.01 (1%)" in out
+    )
     assert "reference: prompt; 88 samples" in out
     assert result.stderr == "error: gate failed: 1 of 1 rules (max batch:sign_flip_rate)\n"
     # The measured value is the independent recomputation's.
@@ -98,7 +101,7 @@ def test_the_same_gate_passes_on_the_uniform_dump_with_exit_0():
     row = next(line for line in result.stdout.splitlines() if "max batch:sign_flip_rate" in line)
     assert "0 (0%)" in row and "PASS" in row
     document = gate_json(UNIFORM, "--max", "batch:sign_flip_rate=1%", code=0)
-    assert document["passed"] is True and document["counts"] == {"rules": 1, "failed": 0}
+    assert document["passed"] is True and document["counts"] == {"rules": 1, "failed": 0, "not_evaluated": 0}
     assert rule(document, "max batch:sign_flip_rate")["measured"] == 0
 
 
@@ -122,7 +125,7 @@ def test_json_document_is_versioned_and_alone_on_stdout():
     document = gate_json(FANOUT, "--max", SIGN_FLIPS_1_PERCENT, "--max", "trajectory:nonzero_inflation=1.05", code=1)
     assert document["schema_version"] == 1
     assert document["passed"] is False and document["reference"] == "prompt" and document["samples"] == 88
-    assert document["counts"] == {"rules": 2, "failed": 1}
+    assert document["counts"] == {"rules": 2, "failed": 1, "not_evaluated": 0}
     trajectory = rule(document, "max trajectory:nonzero_inflation")
     assert trajectory["passed"] is True and trajectory["kind"] == "bound" and trajectory["limit"] == 1.05
     assert trajectory["measured"] == pytest.approx(1.0)
@@ -451,7 +454,8 @@ def test_github_annotations_and_step_summary(tmp_path):
     assert result.exit_code == 1
     assert annotations(result.stdout) == [
         "::error title=rollaudit gate%3A max batch%3Asign_flip_rate::measured 0.2386 (23.86%25), limit <= 0.01 "
-        "(1%25): batch:sign_flip_rate vs prompt = 0.2386 (23.86%25), above the maximum 0.01 (1%25)"
+        "(1%25): batch:sign_flip_rate vs prompt (what batch would do to this data) = 0.2386 (23.86%25), "
+        "above the maximum 0.01 (1%25)"
     ]
     text = summary.read_text()
     assert text.startswith("# earlier step\n## ❌ rollaudit gate failed (1 of 2 rules)\n")  # appended, not replaced
@@ -459,7 +463,10 @@ def test_github_annotations_and_step_summary(tmp_path):
     assert "| max batch:sign_flip_rate | 0.2386 (23.86%) | &lt;= 0.01 (1%) | ❌ **FAIL** |" in text
     assert "| max trajectory:nonzero_inflation | 1 | &lt;= 1.05 | ✅ pass |" in text
     assert "### Failures" in text
-    assert "- **max batch:sign_flip_rate**: batch:sign_flip_rate vs prompt = 0.2386 (23.86%), above the" in text
+    assert (
+        "- **max batch:sign_flip_rate**: batch:sign_flip_rate vs prompt (what batch would do to this data) = "
+        "0.2386 (23.86%), above the" in text
+    )
 
     passed = gate(UNIFORM, "--max", SIGN_FLIPS_1_PERCENT, env=env)
     assert passed.exit_code == 0 and annotations(passed.stdout) == []

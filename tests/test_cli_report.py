@@ -85,8 +85,9 @@ def test_the_sparkline_fits_the_terminal_and_reads_the_way_its_bars_go():
 
     steps = 2000
     table = rollaudit.make_table(
-        reward=[float((step * 7 + sample) % 3 == 0) for step in range(steps) for sample in range(6)],
+        reward=[float((step * 7 + sample // 2) % 3 == 0) for step in range(steps) for sample in range(6)],
         prompt=[sample // 3 for _ in range(steps) for sample in range(6)],
+        trajectory=[sample // 2 for _ in range(steps) for sample in range(6)],
         step=[step for step in range(steps) for _ in range(6)],
     )
     report: Report = rollaudit.audit(table, schemes=["batch", "trajectory"], device="cpu")

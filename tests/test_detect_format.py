@@ -75,7 +75,7 @@ def test_a_verl_line_needs_verls_fields(tmp_path: Path):
     assert detect_format(verl) == "verl"
 
 
-def test_unknown_content_lists_every_format(tmp_path: Path):
+def test_unknown_content_is_refused_in_one_short_line(tmp_path: Path):
     cases = {
         "notes.txt": b"hello",
         "binary.bin": b"\x00\x01\x02\x03 not a table",
@@ -89,9 +89,10 @@ def test_unknown_content_lists_every_format(tmp_path: Path):
         with pytest.raises(InputError) as caught:
             rollaudit.load(path)
         message = str(caught.value)
-        assert message.startswith(f"{path}: unknown dump format (expected a format rollaudit reads: slime ("), name
-        for entry in FORMATS.values():
-            assert f"{entry.name} ({entry.description})" in message, (name, entry.name)
+        assert message.startswith(f"{path}: not a dump rollaudit reads (expected "), name
+        # One short line: a hint, never the list of every format's description.
+        assert len(message) - len(str(path)) < 120, message
+        assert not any(entry.description in message for entry in FORMATS.values()), name
         assert "\n" not in message
 
 
@@ -140,13 +141,10 @@ def test_directories_expand_to_their_formats_dumps(tmp_path: Path):
     assert sorted(set(rollaudit.load(verl_dir).column("step").to_pylist())) == [1, 2]
 
 
-def test_formats_mix_in_one_load(tmp_path: Path):
-    table = load_quietly(
-        [DUMPS / "uniform.pt", DUMPS / "verl" / "rollout_data" / "1.jsonl", DUMPS / "generic" / "rollouts.jsonl"]
-    )
-    slime_steps = set(load_quietly(DUMPS / "uniform.pt").column("step").to_pylist())
-    assert set(table.column("step").to_pylist()) == slime_steps | {0, 1}
-    assert table.schema.field("prompt").type == pa.string()  # int and text keys unified as text
+def test_formats_never_mix_in_one_load(tmp_path: Path):
+    # Two frameworks' samples make no one report: the error names each format and a file of it.
+    with pytest.raises(InputError, match=r"dumps of 2 formats given together.*slime \(.*uniform.pt\), verl \("):
+        load_quietly([DUMPS / "uniform.pt", DUMPS / "verl" / "rollout_data" / "1.jsonl"])
 
 
 def test_parquet_without_trls_columns_is_generic(tmp_path: Path):

@@ -35,7 +35,9 @@ SAMPLE_DUMPS = Path(__file__).resolve().parent.parent / "sample_dumps"
 
 def two_prompts() -> pa.Table:
     """Prompt 0 solved once of twice, prompt 1 never: ``batch`` flips the two zeros of prompt 1 negative."""
-    return rollaudit.make_table(reward=[0.0, 1.0, 0.0, 0.0], prompt=[0, 0, 1, 1], response_length=[10, 20, 30, 40])
+    return rollaudit.make_table(
+        reward=[0.0, 1.0, 0.0, 0.0], prompt=[0, 0, 1, 1], trajectory=[0, 1, 2, 3], response_length=[10, 20, 30, 40]
+    )
 
 
 def gate(table, device: str = "cpu", **options) -> GateResult:
@@ -130,7 +132,10 @@ def test_max_bound_fails_with_measured_rate_and_passes_when_loose():
     assert failed.name == "max batch:sign_flip_rate"
     assert failed.measured == pytest.approx(0.5)
     assert failed.limit == 0.01
-    assert "batch:sign_flip_rate vs prompt = 0.5 (50%), above the maximum 0.01 (1%)" in failed.message
+    assert (
+        "batch:sign_flip_rate vs prompt (what batch would do to this data) = 0.5 (50%), above the maximum 0.01 (1%)"
+        in failed.message
+    )
     held = gate(two_prompts(), max_rules=["batch:sign_flip_rate=50%"])
     assert held.passed and only(held).measured == pytest.approx(0.5)  # the limit is inclusive
 
@@ -287,13 +292,17 @@ def test_baseline_fails_when_a_metric_moved(tmp_path):
     path = fresh_baseline(tmp_path, two_prompts())
     moved = rollaudit.make_table(reward=[0.0, 1.0, 0.0, 1.0], prompt=[0, 0, 1, 1], response_length=[10, 20, 30, 40])
     result = gate(moved, baseline=path, baseline_tolerance=["sign_flip_rate:0.5%"])
+    # The new dump has no trajectory key: the baseline's trajectory row cannot be measured, and says so.
     assert [rule.name for rule in result.results] == [
-        f"baseline {scheme}:sign_flip_rate" for scheme in ("batch", "trajectory", "prompt")
+        "baseline batch:sign_flip_rate",
+        "baseline trajectory",
+        "baseline prompt:sign_flip_rate",
     ]
     failed = result.results[0]
     assert not failed.passed and failed.measured == 0.0
     assert "batch:sign_flip_rate fell from 0.5 (50%) to 0 (0%) (moved 0.5, allowed 0.005)" in failed.message
-    assert result.results[1].passed and result.results[2].passed
+    assert not result.results[1].evaluated and "not auditable" in result.results[1].message
+    assert result.results[2].passed
 
 
 def test_baseline_tolerances_follow_the_documented_syntax(tmp_path):
@@ -468,7 +477,7 @@ def test_result_document_is_versioned_json():
     result = gate(two_prompts(), max_rules=["batch:sign_flip_rate=0.01"], expect_recorded="prompt")
     document = json.loads(to_json(result))
     assert document["schema_version"] == 1 and document["passed"] is False
-    assert document["counts"] == {"rules": 2, "failed": 2}
+    assert document["counts"] == {"rules": 2, "failed": 2, "not_evaluated": 0}
     assert document["rules"][0]["measured"] == 0.5 and document["rules"][1]["measured"] is None
 
 
@@ -543,7 +552,10 @@ def test_step_summary_is_appended_under_github_actions(tmp_path):
     assert "| rule | measured | limit | result |" in text
     assert "| max batch:sign_flip_rate | 0.5 (50%) | &lt;= 0.01 (1%) | ❌ **FAIL** |" in text
     assert "| max trajectory:sign_flip_rate | 0 (0%) | &lt;= 0 (0%) | ✅ pass |" in text
-    assert "- **max batch:sign_flip_rate**: batch:sign_flip_rate vs prompt = 0.5 (50%)" in text
+    assert (
+        "- **max batch:sign_flip_rate**: batch:sign_flip_rate vs prompt (what batch would do to this data) = 0.5 (50%)"
+        in text
+    )
     outside = io.StringIO()
     assert not emit_github(result, {"GITHUB_STEP_SUMMARY": str(summary)}, outside)
     assert outside.getvalue() == "" and summary.read_text() == text
@@ -580,7 +592,10 @@ def test_fanout_dump_fails_a_one_percent_batch_flip_bound_naming_the_rate():
     rule = only(result)
     assert result.exit_code == 1 and not rule.passed
     assert math.isclose(rule.measured, 21 / 88)
-    assert "batch:sign_flip_rate vs prompt = 0.2386 (23.86%), above the maximum 0.01 (1%)" in rule.message
+    assert (
+        "batch:sign_flip_rate vs prompt (what batch would do to this data) = 0.2386 (23.86%), "
+        "above the maximum 0.01 (1%)" in rule.message
+    )
 
 
 def test_the_legacy_behaviour_gate_passes_on_the_uniform_dump_and_fails_on_fanout():

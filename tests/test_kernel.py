@@ -32,8 +32,8 @@ SCHEMES = [
     "dr-grpo",
     "trl-group(n=2)",
     "trl-batch(n=3)",
-    "nemo-loo",
-    "nemo-loo(std=population)",
+    "nemo-loo(dtype=float64)",
+    "nemo-loo(dtype=float64, std=population)",
     "agl-dedup",
     "positional(n=2, singleton=raw)",
     "custom(baseline=leave-one-out, scale=std, eps=0.001)",
@@ -53,7 +53,7 @@ SCHEMES = [
     "agl-rollout",
     "agl-rollout(scale=none)",
     # Issue 14: AReaL, rllm, NeMo-RL and ROLL.
-    "nemo-grpo",
+    "nemo-grpo(dtype=float64)",
     "areal-group",
     "areal-group(std=population)",
     "areal-stride(n=3)",
@@ -202,7 +202,9 @@ def _recomputes(rows, scheme) -> bool:
 def test_an_invalid_scheme_among_several_raises_its_own_error():
     table = rollaudit.make_table(reward=[1.0, 0.0, 1.0], prompt=[0, 0, 1])
     with pytest.raises(SchemeError, match="n=2"):
-        rollaudit.recompute(table, ["prompt", "trajectory", "positional(n=2)", "batch"], device="cpu")
+        rollaudit.recompute(
+            table, ["prompt", "trajectory(representative=first)", "positional(n=2)", "batch"], device="cpu"
+        )
 
 
 @PROPERTY
@@ -292,7 +294,7 @@ def test_centred_advantages_sum_to_zero_per_prompt(rows):
 @PROPERTY
 @given(rows=batches())
 def test_nan_never_leaks_from_singletons(rows):
-    for scheme in ("prompt", "trajectory", "verl-grpo", "nemo-loo", "agl-dedup", "verl-rloo"):
+    for scheme in ("prompt", "trajectory(representative=first)", "verl-grpo", "nemo-loo", "agl-dedup", "verl-rloo"):
         values = kernel(rows, scheme)
         for row, value in zip(rows, values, strict=True):
             assert math.isfinite(row["reward"]) == (not math.isnan(value))

@@ -182,11 +182,12 @@ def test_render_inspect():
     )
     description = describe(table)
     assert description["identity"] == {"samples": 4, "with_prompt_key": 3, "with_trajectory_key": 0}
-    assert description["prompts"] == 2 and description["trajectories"] == 4
+    # No trajectory key on any sample: no count of trajectories is stated, and inspect shows none.
+    assert description["prompts"] == 2 and description["trajectories"] is None
     assert description["reward"]["nonfinite"] == 1 and description["reward"]["kind"].startswith("discrete")
     assert description["steps"]["samples_per_step"] == {0: 2, 1: 2}
     text = text_of(render_inspect(description, LOAD))
-    assert "prompt key on 3 of 4 (75.0%)" in text
+    assert "prompt key on 3 of 4 (75.0%)" in text and "trajectories" not in text.split("identity")[0]
     assert "1 NaN/inf" in text
     assert "label" in text and "passed through" in text
 

@@ -80,8 +80,30 @@ def test_verl_rloo_is_leave_one_out():
 def test_nemo_loo_divides_only_where_std_is_positive():
     # NeMo-RL divides by (leave-one-out std + 1e-6) where that std is positive (corpus nemo_rl/README.md); the
     # middle sample's others are equal: std 0, left unscaled.
-    result = advantages([1, 0, 1], [0, 0, 0], "nemo-loo")
+    result = advantages([1, 0, 1], [0, 0, 0], "nemo-loo(dtype=float64)")
     assert result == pytest.approx([0.5 / (math.sqrt(0.5) + 1e-6), -1.0, 0.5 / (math.sqrt(0.5) + 1e-6)], rel=1e-12)
+    # The preset is the run's float32 arithmetic: the same values to float32 precision.
+    assert advantages([1, 0, 1], [0, 0, 0], "nemo-loo") == pytest.approx(result, rel=1e-6)
+
+
+def test_nemo_presets_compute_in_float32_from_moments():
+    for name in ("nemo-loo", "nemo-grpo"):
+        scheme = rollaudit.get_scheme(name)
+        assert (scheme.dtype, scheme.std_from) == ("float32", "moments")
+        assert rollaudit.get_scheme(f"{name}(dtype=float64)").dtype == "float64"
+    assert rollaudit.get_scheme("nemo-loo(std_from=deviations)").std_from == "deviations"
+    with pytest.raises(SchemeError, match="std_from=moments"):
+        rollaudit.get_scheme("prompt(std_from=moments, std_over=batch)")
+    with pytest.raises(SchemeError, match="std_from"):
+        rollaudit.get_scheme("prompt(std_from=squares)")
+
+
+def test_rounding_fix_is_data_keyed_by_the_preset():
+    from rollaudit._audit.schemes import ROUNDING_FIXES, rounding_fix
+
+    assert rounding_fix(rollaudit.get_scheme("nemo-loo(n=8)")) == "the defect NeMo-RL PR #4158 fixes"
+    assert rounding_fix(rollaudit.get_scheme("prompt(dtype=float32)")) is None
+    assert set(ROUNDING_FIXES) <= set(rollaudit.PRESETS)
 
 
 def test_trl_group_leaves_nan_rewards_out_and_gives_them_zero():
@@ -99,7 +121,10 @@ def test_trajectory_counts_each_trajectory_once():
 
 def test_trajectory_representatives():
     reward, prompt, trajectory = [0, 1, 1, 3], [0, 0, 0, 0], [1, 1, 2, 2]
-    first = advantages(reward, prompt, "trajectory(scale=none)", trajectory=trajectory)
+    # Rows of one trajectory with different rewards: which one counts is a choice to name.
+    with pytest.raises(rollaudit.SchemeError, match="name it: trajectory"):
+        advantages(reward, prompt, "trajectory(scale=none)", trajectory=trajectory)
+    first = advantages(reward, prompt, "trajectory(scale=none, representative=first)", trajectory=trajectory)
     best = advantages(reward, prompt, "trajectory(scale=none, representative=max)", trajectory=trajectory)
     mean = advantages(reward, prompt, "trajectory(scale=none, representative=mean)", trajectory=trajectory)
     assert first == pytest.approx([-0.5, -0.5, 0.5, 0.5])

@@ -256,14 +256,12 @@ def test_missing_paths_and_unknown_formats(tmp_path: Path):
     with pytest.raises(InputError, match="no such file or directory"):
         rollaudit.load(tmp_path / "nope.pt")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match=r"no dump files.*slime"):
+    with pytest.raises(InputError, match=r"holds no dump files"):
         rollaudit.load(tmp_path / "empty")
     with pytest.raises(InputError, match="no file matches"):
         rollaudit.load(str(tmp_path / "*.pt"))
     (tmp_path / "notes.txt").write_text("hello")
-    with pytest.raises(
-        InputError, match=r"unknown dump format \(expected a format rollaudit reads: slime \(torch.save"
-    ):
+    with pytest.raises(InputError, match=r"notes.txt: not a dump rollaudit reads"):
         rollaudit.load(tmp_path / "notes.txt")
     with pytest.raises(InputError, match="unknown format 'nope'"):
         rollaudit.load(tmp_path / "notes.txt", format="nope")

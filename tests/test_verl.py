@@ -108,15 +108,15 @@ def test_step_comes_from_the_file_name_when_lines_have_none(tmp_path: Path):
 def test_two_files_of_one_step_are_an_error(tmp_path: Path):
     for folder in ("train", "val"):
         (tmp_path / folder).mkdir()
-        write_lines(tmp_path / folder / "3.jsonl", [LINE])
+        write_lines(tmp_path / folder / "3.jsonl", [LINE, LINE])
     with pytest.raises(InputError, match="two verl dumps of step 3"):
         rollaudit.load([tmp_path / "train" / "3.jsonl", tmp_path / "val" / "3.jsonl"])
 
 
 def test_validation_lines_keep_their_reward_under_another_name(tmp_path: Path):
-    table = rollaudit.load(write_lines(tmp_path / "3.jsonl", [{**LINE, "reward": 0.25}]))
-    assert column(table, "reward") == [1.0]
-    assert column(table, "source_reward") == [0.25]
+    table = rollaudit.load(write_lines(tmp_path / "3.jsonl", [{**LINE, "reward": 0.25}] * 2))
+    assert column(table, "reward") == [1.0, 1.0]
+    assert column(table, "source_reward") == [0.25, 0.25]
 
 
 def test_an_extra_field_of_changing_type_is_left_out_with_a_warning(tmp_path: Path):
@@ -152,10 +152,11 @@ def test_a_first_line_longer_than_the_sniff_limit_and_a_json_block(tmp_path: Pat
 
     monkeypatch.setattr(tables, "_JSON_BLOCK_BYTES", 1 << 20)  # the line straddles blocks: read again, larger
     long_prompt = "x" * (5 << 20)
-    path = write_lines(tmp_path / "4.jsonl", [{**LINE, "input": long_prompt, "step": 4}, {**LINE, "step": 4}])
+    long_line, short_line = {**LINE, "input": long_prompt, "step": 4}, {**LINE, "step": 4}
+    path = write_lines(tmp_path / "4.jsonl", [long_line, short_line, long_line, short_line])
     for format in (None, "verl"):
         table = rollaudit.load(path, format=format)
-        assert column(table, "reward") == [1.0, 1.0] and column(table, "step") == [4, 4]
+        assert column(table, "reward") == [1.0] * 4 and column(table, "step") == [4] * 4
         assert len(set(column(table, "prompt"))) == 2
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,11 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import SchemeError
-from .._table import PROMPT, TRAJECTORY, found_in, notes_in, validate_table
+from .._table import PROMPT, TRAJECTORY, facts_in, found_in, loaded_formats, notes_in, validate_table
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
 from .report import RECORDED_ROW, Report
 from .schemes import Scheme, get_scheme, split_schemes
+from .trained import TrainedWith, from_config, from_recorded
 
 if TYPE_CHECKING:
     import torch
@@ -78,6 +80,18 @@ def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: st
     return pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
 
 
+def trajectory_limit(table: pa.Table) -> str | None:
+    """Why schemes over trajectories cannot be audited on ``table`` (no row has a trajectory key), else None."""
+    if table.column(TRAJECTORY).null_count < table.num_rows or table.num_rows == 0:
+        return None
+    reason = facts_in(table).get("no_trajectory")
+    return str(reason) if reason else "no sample has a trajectory key, so no trajectory can be counted once"
+
+
+def _needs_trajectories(scheme: Scheme) -> bool:
+    return scheme.members == "trajectories" or scheme.group_by == TRAJECTORY
+
+
 def audit(
     table: pa.Table,
     schemes: SchemeList = DEFAULT_SCHEMES,
@@ -87,6 +101,7 @@ def audit(
     recorded_tolerance: float = DEFAULT_RECORDED_TOLERANCE,
     recorded_schemes: Iterable[str | Scheme] = (),
     keep_advantages: bool = False,
+    trained_with: str | Scheme | None = None,
 ) -> Report:
     """Recompute ``schemes`` and the ``reference`` and measure how far each is from the reference.
 
@@ -97,6 +112,12 @@ def audit(
     the audited schemes, and ``recorded_schemes``). Without recorded advantages nothing is fitted and
     ``Report.recorded`` is None. ``keep_advantages``: keep every scheme's advantages in
     ``Report.advantages`` (for plots; a float64 column per scheme, in row order).
+
+    ``Report.trained_with`` says which scheme the run trained with: the preset the recorded advantages match,
+    else ``trained_with`` (the scheme the caller names), else the loader's default preset for the dump's
+    framework, layout and version (an assumption, said as one), else unknown; a named or default scheme is
+    audited in its own row. A scheme the dump cannot support (a key or field it lacks, per-step rewards where
+    one reward per trajectory is needed) is not computed: ``Report.not_auditable`` lists it with the reason.
 
     >>> import rollaudit
     >>> t = rollaudit.make_table(reward=[0, 1, 0, 0], prompt=[0, 0, 1, 1])
@@ -124,6 +145,20 @@ def audit(
     reference_scheme = named_scheme(reference)
     reference_name = str(reference_scheme)
     resolved.setdefault(reference_name, reference_scheme)
+    given = None if trained_with is None else str(named_scheme(trained_with))
+    recorded = has_recorded(table)
+    trained = None if recorded else from_config(given, facts_in(table).get("trained_default"))
+    if trained is not None and trained.scheme is not None:
+        resolved.setdefault(trained.scheme, named_scheme(trained.scheme))
+    not_auditable: dict[str, str] = {}
+    no_trajectory = trajectory_limit(table)
+    if no_trajectory is not None:
+        for name, scheme in resolved.items():
+            if _needs_trajectories(scheme):
+                not_auditable[name] = no_trajectory
+    if reference_name in not_auditable:
+        raise SchemeError(f"the reference {reference_name} cannot be audited on this dump: {no_trajectory}")
+    resolved = {name: scheme for name, scheme in resolved.items() if name not in not_auditable}
     n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
     encoded = encode(table, device)
     # One pool for the whole audit: the schemes, then a metric pass per scheme, each beside other work.
@@ -142,14 +177,31 @@ def audit(
         )
         # The reference's signs, and its squares every pass shares, as soon as its advantages are there.
         work.start(Reference, lambda: Reference.of(work.result(reference_name), tol).with_squares(layout))
+        # A scheme that cannot run on this dump is listed with its reason; the reference must run.
+        for name in list(resolved):
+            try:
+                work.result(name)
+            except SchemeError as error:
+                if name == reference_name:
+                    raise SchemeError(
+                        f"the reference {reference_name} cannot be audited on this dump: {error.message}",
+                        expected=error.expected,
+                    ) from None
+                reason = error.message.removeprefix(f"{name}: ")  # the list names the scheme itself
+                not_auditable[name] = reason + (f" (expected {error.expected})" if error.expected else "")
+                del resolved[name]
         values = work.results(resolved)
 
         detection = None
-        if has_recorded(table):
+        if recorded:
             # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
             # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
-            candidates = [*candidate_schemes(table), *values, *recorded_schemes]
+            presets = candidate_schemes(table)
+            if no_trajectory is not None:  # no preset is fitted over trajectories the dump cannot tell apart
+                presets = [name for name in presets if not _needs_trajectories(get_scheme(name))]
+            candidates = [*presets, *values, *recorded_schemes, *([given] if given else [])]
             detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
+            trained = from_recorded(detection, given, RECORDED_ROW)
             recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
             values = {**values, RECORDED_ROW: recorded_tensor}
 
@@ -187,15 +239,29 @@ def audit(
         step_groups = pd.DataFrame(by_group[step_group_sizes])
         if not step_groups.empty:
             step_groups = step_groups.set_index("step")
+    if no_trajectory is not None:
+        # Without a trajectory key a count of trajectories would be a count of samples: none is stated.
+        info["trajectories"] = None
+        group_histograms = {name: sizes for name, sizes in group_histograms.items() if "trajector" not in name}
+        prompts = prompts.drop(columns=["trajectories"], errors="ignore")
+        step_groups = step_groups.drop(columns=["trajectories"], errors="ignore")
 
     notes = {name: scheme_notes(encoded, scheme) for name, scheme in resolved.items()}
     if any(notes.values()):
         info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
+    assert trained is not None
+    residues = _trained_residues(encoded, trained, not_auditable, tol)
+    if residues is not None:
+        info["rounding_residues"] = residues
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
+    if trained.row is not None and trained.row in not_auditable:
+        trained = replace(trained, row=None)
     return Report(
         reference=reference_name,
         schemes=list(resolved),
+        not_auditable=not_auditable,
+        trained_with=trained,
         summary=summary,
         per_step=per_step,
         per_prompt=prompts,
@@ -209,6 +275,17 @@ def audit(
             else None
         ),
     )
+
+
+def _trained_residues(encoded: Encoded, trained: TrainedWith, not_auditable: dict[str, str], tol: float) -> dict | None:
+    """What the run's own rounding made non-zero that exact arithmetic leaves zero, JSON-ready; None when nothing
+    (or the run's scheme is exact, unknown or not auditable)."""
+    from .rounding import rounding_residues
+
+    if trained.scheme is None or trained.scheme in not_auditable:
+        return None
+    residues = rounding_residues(encoded, trained.scheme, tol)
+    return None if residues is None else {"scheme": trained.scheme, **residues._asdict()}
 
 
 def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -252,6 +329,9 @@ def _info(table: pa.Table, encoded: object) -> dict:
         info["nonfinite_rows"] = [int(row) for row in nonfinite[:20]]
         info["nonfinite_values"] = [str(float(rewards[row])) for row in nonfinite[:20]]
     # What the loader found, in the framework's own words: how the samples were grouped, what was left out.
+    formats = loaded_formats(table)
+    if formats:
+        info["formats"] = formats
     found, notes = found_in(table), notes_in(table)
     if found:
         info["found"] = found

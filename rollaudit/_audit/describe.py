@@ -65,7 +65,8 @@ def describe(table: pa.Table) -> dict[str, Any]:
     Keys: ``samples``; ``steps`` (``count``, ``values``, ``samples_per_step``);
     ``prompts`` (distinct (step, prompt) keys, keyless samples not counted);
     ``trajectories`` (distinct (step, prompt, trajectory), a sample without a
-    trajectory key counted as its own); ``identity`` (samples with a prompt
+    trajectory key counted as its own; None when no sample has one: then
+    nothing can be counted); ``identity`` (samples with a prompt
     key, with a trajectory key); ``reward`` (``kind``: binary, integer,
     discrete, continuous or constant; min, mean, max over finite rewards;
     ``nonfinite``); ``response_tokens`` (sum of known response lengths, or
@@ -89,8 +90,11 @@ def describe(table: pa.Table) -> dict[str, Any]:
     keyed = table.filter(pc.is_valid(table.column(PROMPT))) if with_prompt < samples else table
     prompts = _distinct_rows(keyed.select([STEP, PROMPT]), [STEP, PROMPT])
     has_trajectory = pc.is_valid(table.column(TRAJECTORY))
-    trajectories = (samples - with_trajectory) + _distinct_rows(
-        table.filter(has_trajectory).select([STEP, PROMPT, TRAJECTORY]), [STEP, PROMPT, TRAJECTORY]
+    trajectories = (
+        None
+        if samples and not with_trajectory
+        else (samples - with_trajectory)
+        + _distinct_rows(table.filter(has_trajectory).select([STEP, PROMPT, TRAJECTORY]), [STEP, PROMPT, TRAJECTORY])
     )
 
     lengths = table.column(RESPONSE_LENGTH)

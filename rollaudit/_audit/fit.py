@@ -33,12 +33,31 @@ DEFAULT_RECORDED_TOLERANCE = 1e-4
 """Recorded advantages are often stored as float32 (TRL parquet, bf16-free slime dumps): 1e-4 is far above
 their rounding and far below any difference between two schemes on real rewards."""
 
+ROUNDING_UNITS = 2
+"""Units in the last place of a scheme's reduced dtype that a row of the fit may be off by (see ``allowed_error``)."""
+_MACHINE_EPSILON = {"float32": 2.0**-23, "bfloat16": 2.0**-7}
+
+
+def allowed_error(tolerance: float, scale: float, dtype: str = "float64") -> float:
+    """The largest error at which a row still matches a scheme computed in ``dtype``.
+
+    ``tolerance * scale`` for exact (float64) schemes, ``scale`` being :func:`error_scale`. A scheme that
+    reproduces a framework's float32 or bfloat16 arithmetic is off where that arithmetic is not reproduced
+    bit for bit (another order of a sum): by a rounding of the dtype, ``ROUNDING_UNITS`` units in the last place
+    at the largest recorded magnitude, ``ROUNDING_UNITS * eps(dtype) * scale``, when that is the larger. So
+    float32 schemes keep the tolerance (2 * 1.2e-7 < 1e-4), bfloat16 ones get 2 * 2^-7 = 0.016 (times scale).
+    """
+    rounding = ROUNDING_UNITS * _MACHINE_EPSILON.get(dtype, 0.0)
+    return max(tolerance, rounding) * scale
+
 
 class PresetFit(NamedTuple):
     """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
 
     ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
     or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
+    ``allowed_error``: the error at which a row of this scheme is within tolerance (:func:`allowed_error`: it
+    follows the scheme's dtype); NaN where it was not given.
     """
 
     scheme: str
@@ -46,6 +65,7 @@ class PresetFit(NamedTuple):
     mean_error: float
     share_within_tolerance: float
     undefined: int = 0
+    allowed_error: float = math.nan
 
 
 def has_recorded(table: pa.Table) -> bool:
@@ -109,7 +129,8 @@ def candidate_schemes(table: pa.Table) -> list[str]:
     Every preset that needs no ``n``; the slicing presets (``positional``, ``slime-legacy``, ``trl-group``,
     ``trl-batch``, ``areal-stride``) only when ``n`` can be inferred from uniform prompt sizes, as ``NAME(n=N)``.
     Presets that cannot apply are left out: one grouping by a column the table lacks, one whitening by tokens
-    without response lengths, one requiring siblings to share a reward when some trajectory's do not.
+    without response lengths, one requiring siblings to share a reward (or naming no representative) when some
+    trajectory's do not.
     """
     n = uniform_prompt_size(table)
     siblings_agree = legacy_ns = None
@@ -121,7 +142,7 @@ def candidate_schemes(table: pa.Table) -> list[str]:
             continue
         if scheme.whiten == "tokens" and table.column(RESPONSE_LENGTH).null_count:
             continue
-        if scheme.siblings == "equal":
+        if scheme.siblings == "equal" or (scheme.representative is None and scheme.members == "trajectories"):
             siblings_agree = _siblings_agree(table) if siblings_agree is None else siblings_agree
             if not siblings_agree:
                 continue
@@ -175,7 +196,8 @@ def fit_presets(
     ``schemes`` defaults to :func:`candidate_schemes`. Only rows with a
     recorded advantage count; a scheme that cannot run on the table (missing
     prompt keys, uneven slices) is left out. A row is within tolerance when
-    its error is at most ``tolerance * error_scale(recorded)``. Ranked by the
+    its error is at most ``allowed_error(tolerance, error_scale(recorded), dtype)``
+    (the scheme's dtype: a bfloat16 scheme is allowed a bfloat16 rounding). Ranked by the
     share within tolerance (descending), then mean and max error; ties keep
     the order of ``rollaudit.PRESETS``. No recorded advantage at all: ``[]``.
 
@@ -220,7 +242,7 @@ def _fit_schemes(
     """
     from .kernel import advantages
 
-    allowed = tolerance * error_scale(recorded)
+    scale = error_scale(recorded)
     fitted: dict[str, tuple[PresetFit, bytes]] = {}
     for spec in specs:
         scheme = get_scheme(spec)
@@ -236,12 +258,14 @@ def _fit_schemes(
             continue
         on_recorded = values.cpu().numpy()[present]
         errors = advantage_errors(recorded, on_recorded)
+        allowed = allowed_error(tolerance, scale, scheme.dtype)
         fit = PresetFit(
             scheme=name,
             max_error=float(errors.max()) if errors.size else 0.0,
             mean_error=float(errors.mean()) if errors.size else 0.0,
             share_within_tolerance=float((errors <= allowed).mean()) if errors.size else 1.0,
             undefined=int((np.isnan(recorded) != np.isnan(on_recorded)).sum()),
+            allowed_error=allowed,
         )
         fitted[name] = (fit, _digest(on_recorded))
     # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
@@ -267,8 +291,9 @@ class Detection:
         ``prompt``, ``trajectory`` and ``slime-2204`` on a table without trajectory keys or singletons):
         the recorded values cannot tell them apart, so naming one of them is not a claim against the others.
     tolerance, allowed_error, scale
-        a row matches when its error is at most ``allowed_error = tolerance * scale``, ``scale`` being
-        ``max(1, max |recorded|)``.
+        a row matches an exact (float64) scheme when its error is at most ``allowed_error = tolerance * scale``,
+        ``scale`` being ``max(1, max |recorded|)``; a scheme computed in a reduced dtype may be allowed more, its
+        fit's own ``allowed_error`` (:meth:`allowed_for`).
     rows
         rows with a recorded advantage (the others are not fitted).
     unavailable
@@ -295,13 +320,18 @@ class Detection:
         name = str(get_scheme(scheme))
         return next((fit for fit in self.fits if fit.scheme == name), None)
 
+    def allowed_for(self, fit: PresetFit) -> float:
+        """The error at which a row matches ``fit``'s scheme (its dtype's, at least ``allowed_error``)."""
+        return self.allowed_error if math.isnan(fit.allowed_error) else fit.allowed_error
+
     def beyond_tolerance(self, fit: PresetFit) -> int:
         """How many recorded rows ``fit`` misses by more than the allowed error."""
         return self.rows - round(fit.share_within_tolerance * self.rows)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``best_match``, ``matched``, ``equivalent``, ``tolerance``, ``allowed_error``, ``rows``
-        and ``fits`` (``scheme``, ``max_error``, ``mean_error``, ``share_within_tolerance``, ``undefined``).
+        and ``fits`` (``scheme``, ``max_error``, ``mean_error``, ``share_within_tolerance``, ``undefined``,
+        ``allowed_error``).
 
         An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
         """
@@ -381,6 +411,7 @@ __all__ = [
     "DEFAULT_RECORDED_TOLERANCE",
     "Detection",
     "PresetFit",
+    "allowed_error",
     "candidate_schemes",
     "detect_scheme",
     "fit_presets",

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from .._errors import SchemeError
+from .._errors import NotAuditable, SchemeError
 from .._table import PROMPT, STEP, TRAJECTORY
 from .encode import F64, Encoded, gather
 from .groups import (
@@ -37,6 +37,7 @@ from .groups import (
     trajectory_units,
     ungrouped_rows,
 )
+from .moments import moment_advantages
 from .schemes import Scheme
 from .threads import SideBySide
 
@@ -61,7 +62,8 @@ def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.
     """(value, valid) per unit: the representative reward over the unit's finite samples; valid is
     None when every unit has one (every reward finite), else False for a unit without a finite sample."""
     count = units.count
-    choice = scheme.representative
+    # No named representative: every trajectory's finite rows agree (``check_representative``), so any is the first.
+    choice = scheme.representative or "first"
     if enc.all_finite:
         if choice in ("first", "last"):
             return gather(enc.reward, units.first_row if choice == "first" else units.last_row), None
@@ -113,6 +115,30 @@ def check_siblings(enc: Encoded, scheme: Scheme, units: Units) -> None:
         f"different rewards: rows {head} and {row} have {rewards}",
         expected="one reward shared by every sample of a trajectory",
     )
+
+
+def check_representative(enc: Encoded, scheme: Scheme, units: Units) -> None:
+    """``representative=None``: one reward per trajectory only where the trajectory's finite rows share it; where
+    some do not (a reward per step), which one counts is a choice the dump cannot make: not auditable."""
+    finite = enc.finite
+    reward = enc.reward if enc.all_finite else torch.where(finite, enc.reward, 0.0)
+    low = torch.full((units.count,), torch.inf, dtype=F64, device=enc.device)
+    high = torch.full((units.count,), -torch.inf, dtype=F64, device=enc.device)
+    keep = None if enc.all_finite else finite
+    of_row = units.of_row if keep is None else units.of_row[keep]
+    values = reward if keep is None else reward[keep]
+    low.scatter_reduce_(0, of_row, values, "amin")
+    high.scatter_reduce_(0, of_row, values, "amax")
+    differ = int((high > low).sum())
+    if differ:
+        trajectories = int((high >= low).sum())  # those with a finite row
+        label = scheme.name or "trajectory"
+        base = label.split("(")[0]
+        raise NotAuditable(
+            f"{differ:,} of {trajectories:,} trajectories have rows with different rewards (a reward per step), "
+            f"so one reward per trajectory is a choice the dump does not make; name it: "
+            f"{base}(representative=first|last|mean|max)"
+        )
 
 
 def _singleton_values(scheme: Scheme, value: torch.Tensor) -> torch.Tensor:
@@ -203,6 +229,8 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     groups, units = member_groups(enc, scheme)
     if units is not None and scheme.siblings == "equal":
         check_siblings(enc, scheme, units)
+    if units is not None and scheme.representative is None:
+        check_representative(enc, scheme, units)
     if units is None:
         # The members are the samples themselves.
         unit_of_row = None
@@ -213,6 +241,8 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         value, valid = _representatives(enc, scheme, units)
     value = _rounded(value, scheme)
     reduced = scheme.dtype != "float64"
+    # Exact arithmetic gives the same std from moments as from deviations; rounded arithmetic does not.
+    from_moments = reduced and scheme.std_from == "moments" and scheme.scale == "std"
 
     weight = None if valid is None else valid.to(F64)
     count = groups.sizes if weight is None else groups.sum(weight)
@@ -233,7 +263,10 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         deviation.mul_(weight)
     group_spread = groups.sum_of_squares(deviation)
 
-    if affine and reduced:
+    if from_moments:
+        order = enc.batch_rank if units is None else gather(enc.batch_rank, units.first_row)
+        unit_advantage = moment_advantages(scheme, groups, value, count, order, DTYPES[scheme.dtype])
+    elif affine and reduced:
         unit_advantage = _rounded_affine(scheme, groups, value, mean, group_spread, count)
     elif affine:
         # Affine per group: A = (r - mean_g) * factor_g. A lone member's deviation is exactly 0,

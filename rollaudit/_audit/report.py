@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .trained import TrainedWith
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -53,6 +55,11 @@ class Report:
 
     ``advantages``: every scheme's advantages (a float64 column per scheme,
     in row order), when the audit was asked to keep them, else None.
+
+    ``trained_with``: which scheme the run itself trained with and on what
+    evidence (a :class:`~rollaudit._audit.trained.TrainedWith`).
+    ``not_auditable``: ``{scheme: reason}`` for every scheme the dump cannot
+    support; such a scheme has no row anywhere in the report.
     """
 
     reference: str
@@ -65,6 +72,31 @@ class Report:
     detection: Detection | None = field(default=None, repr=False)
     step_groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     advantages: pa.Table | None = field(default=None, repr=False)
+    trained_with: TrainedWith = field(default_factory=lambda: TrainedWith(None, "unknown", "not audited"))
+    not_auditable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def trained_row(self) -> str | None:
+        """The row of ``summary`` holding the run's own advantages (``recorded`` or its scheme's), if any."""
+        row = self.trained_with.row
+        return row if row is not None and row in self.summary.index else None
+
+    @property
+    def advice(self) -> list[str]:
+        """What to change in the run's framework for the reference's behaviour, where the run's scheme differs
+        from the reference on this dump (each with its source); empty where they agree or nothing is known."""
+        from .advice import advice_for
+
+        row = self.trained_row
+        if row is None or row == self.reference:
+            return []
+        metrics = self.summary.loc[row]
+        flips = metrics["sign_flip_rate"]
+        if not (isinstance(flips, float) and math.isfinite(flips) and flips > 0):
+            return []
+        return advice_for(
+            self.trained_with.scheme, self.reference, recorded=row == RECORDED_ROW, formats=self.info.get("formats", [])
+        )
 
     @property
     def recorded(self) -> dict[str, Any] | None:
@@ -135,6 +167,9 @@ class Report:
         }
         if self.recorded is not None:
             document["recorded"] = self.recorded
+        document["trained_with"] = self.trained_with.to_dict()
+        document["advice"] = self.advice
+        document["not_auditable"] = dict(self.not_auditable)
         return json_value(document)
 
     def _repr_html_(self) -> str:

@@ -20,12 +20,13 @@ Groups = Literal["batch", "prompt", "positional", "legacy"]
 _CHOICES: dict[str, tuple[str, ...]] = {
     "groups": ("batch", "prompt", "positional", "legacy"),
     "members": ("samples", "trajectories"),
-    "representative": ("first", "last", "max", "mean"),
+    "representative": ("first", "last", "max", "mean", None),
     "baseline": ("mean", "leave-one-out"),
     "scale": ("std", "none"),
     "std": ("unbiased", "population"),
     "std_over": ("group", "batch"),
     "std_guard": ("eps", "positive", "cutoff"),
+    "std_from": ("deviations", "moments"),
     "singleton": ("zero", "raw", "nan"),
     "nonfinite": ("nan", "zero"),
     "dtype": ("float64", "float32", "bfloat16"),
@@ -60,6 +61,10 @@ class Scheme:
         ``samples``, or ``trajectories``: one ``representative`` reward
         (``first`` or ``last`` in batch order, ``max`` or ``mean``) per distinct
         (group, trajectory); its advantage goes to all of the trajectory's samples.
+        ``representative=None`` (the ``trajectory`` scheme) names no choice: it
+        holds where every trajectory's rows share one reward, and a dump whose
+        rows of one trajectory differ (per-step rewards) cannot be audited
+        under it until a representative is named.
     siblings
         under ``members="trajectories"``: ``any``, or ``equal`` (a trajectory
         whose samples carry different rewards is an error naming it).
@@ -72,6 +77,11 @@ class Scheme:
         ``"positive"`` by ``std + eps`` only where std > 0 (NeMo-RL), ``"cutoff"``
         by ``std + eps`` where std > eps and gives 0 elsewhere (ROLL).
         ``scale="none"`` is Dr.GRPO.
+    std_from
+        how rounded arithmetic (``dtype`` other than float64) forms the std: ``deviations`` from the mean
+        (``torch.std``), or ``moments``, mean of squares minus squared mean (NeMo-RL, summed in the order of its
+        float32 matrix product: ``rollaudit._audit.moments``), where a group of equal rewards that the dtype
+        cannot hold exactly can keep a rounding residue for a std. Exact arithmetic gives one std either way.
     singleton
         a group with one member: ``zero``; ``raw`` (mean 0, std 1: ``r / (1 + eps)``);
         or ``nan`` (undefined: what slime's legacy path produced, or a group
@@ -97,13 +107,14 @@ class Scheme:
     missing_keys: Literal["slices", "legacy"] = "slices"
     remainder: Literal["error", "unnormalized"] = "error"
     members: Literal["samples", "trajectories"] = "samples"
-    representative: Literal["first", "last", "max", "mean"] = "first"
+    representative: Literal["first", "last", "max", "mean"] | None = "first"
     siblings: Literal["any", "equal"] = "any"
     baseline: Literal["mean", "leave-one-out"] = "mean"
     scale: Literal["std", "none"] = "std"
     std: Literal["unbiased", "population"] = "unbiased"
     std_over: Literal["group", "batch"] = "group"
     std_guard: Literal["eps", "positive", "cutoff"] = "eps"
+    std_from: Literal["deviations", "moments"] = "deviations"
     singleton: Literal["zero", "raw", "nan"] = "zero"
     whiten: Literal["none", "tokens"] = "none"
     dtype: Literal["float64", "float32", "bfloat16"] = "float64"
@@ -132,6 +143,8 @@ class Scheme:
                 raise SchemeError(f"{label}: {key}={value!r} must name a column")
         if self.whiten == "tokens" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
             raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
+        if self.std_from == "moments" and self.std_over != "group":
+            raise SchemeError(f"{label}: std_from=moments takes each group's own moments: it needs std_over=group")
 
     def require_n(self) -> int:
         """``n`` for the slicing schemes, or an error that says how to give it."""
@@ -162,7 +175,7 @@ PRESETS: dict[str, Scheme] = {
     # The three schemes of the mission.
     "batch": Scheme(groups="batch", name="batch"),
     "prompt": Scheme(groups="prompt", name="prompt"),
-    "trajectory": Scheme(groups="prompt", members="trajectories", name="trajectory"),
+    "trajectory": Scheme(groups="prompt", members="trajectories", representative=None, name="trajectory"),
     "positional": Scheme(groups="positional", name="positional"),
     # Framework presets: exact reproductions of what a run did (shared/spec/schemes.md).
     "slime-legacy": Scheme(groups="legacy", singleton="nan", name="slime-legacy"),
@@ -184,8 +197,16 @@ PRESETS: dict[str, Scheme] = {
     "dr-grpo": Scheme(groups="prompt", scale="none", name="dr-grpo"),
     "trl-group": Scheme(groups="positional", eps=1e-4, nonfinite="zero", name="trl-group"),
     "trl-batch": Scheme(groups="positional", std_over="batch", eps=1e-4, nonfinite="zero", name="trl-batch"),
-    "nemo-loo": Scheme(groups="prompt", baseline="leave-one-out", std_guard="positive", name="nemo-loo"),
-    "nemo-grpo": Scheme(groups="prompt", std_guard="positive", name="nemo-grpo"),
+    # NeMo-RL trains in float32 and takes the std from moments: dtype=float64 is its exact arithmetic.
+    "nemo-loo": Scheme(
+        groups="prompt",
+        baseline="leave-one-out",
+        std_guard="positive",
+        std_from="moments",
+        dtype="float32",
+        name="nemo-loo",
+    ),
+    "nemo-grpo": Scheme(groups="prompt", std_guard="positive", std_from="moments", dtype="float32", name="nemo-grpo"),
     "agl-dedup": Scheme(
         groups="prompt", members="trajectories", representative="first", singleton="raw", name="agl-dedup"
     ),
@@ -220,6 +241,20 @@ PRESETS: dict[str, Scheme] = {
     # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
     "custom": Scheme(name="custom"),
 }
+
+ROUNDING_FIXES: dict[str, str] = {
+    # Both estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
+    "nemo-loo": "the defect NeMo-RL PR #4158 fixes",
+    "nemo-grpo": "the defect NeMo-RL PR #4158 fixes",
+}
+"""Per preset whose rounded arithmetic can give an advantage where exact arithmetic gives none: the upstream
+change that removes it, as a phrase (``... from float32 rounding (the defect NeMo-RL PR #4158 fixes)``)."""
+
+
+def rounding_fix(scheme: Scheme) -> str | None:
+    """The upstream change that removes the rounding residues of a scheme's preset, or None when none is known."""
+    return ROUNDING_FIXES.get(str(scheme).split("(")[0].strip())
+
 
 _SPEC_KEYS = ("eps", "scale", "std", "singleton", "representative", "n", "batch_size", "dtype")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(Scheme) if f.name != "name")

@@ -25,7 +25,7 @@ from .io import (
     terminal_text,
     write_text,
 )
-from .options import LOAD, Device, DeviceOption, Inputs, Quiet, Reference, Schemes, scheme_strings
+from .options import LOAD, Device, DeviceOption, Inputs, Quiet, Reference, Schemes, TrainedWith, scheme_strings
 
 ADVANTAGE_PREFIX = "advantage:"
 
@@ -40,6 +40,7 @@ def compare(
     inputs: Inputs,
     schemes: Schemes = None,
     reference: Reference = "prompt",
+    trained_with: TrainedWith = None,
     load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
     device: DeviceOption = Device.auto,
     as_json: Annotated[
@@ -94,6 +95,8 @@ def compare(
 
     names = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
     rollaudit.get_scheme(reference)
+    if trained_with is not None:
+        rollaudit.get_scheme(trained_with)
     loaded = load_inputs(inputs, load, quiet=quiet)
     with audit_status(loaded.table.num_rows, len(names), quiet):
         report = rollaudit.audit(
@@ -102,6 +105,7 @@ def compare(
             reference=reference,
             device=device.value,
             keep_advantages=plot is not None or html_file is not None,
+            trained_with=trained_with,
         )
     from .._render.registry import COMPARE_RENDERERS
 
@@ -229,7 +233,11 @@ def gate(
         typer.Option(
             "--max",
             metavar="SCHEME:METRIC=LIMIT",
-            help="The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable.",
+            help=(
+                "The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable. "
+                "SCHEME 'trained' checks the run's own advantages; a named scheme measures what it would do to "
+                "this data, whatever the trainer did."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -238,7 +246,7 @@ def gate(
         typer.Option(
             "--min",
             metavar="SCHEME:METRIC=LIMIT",
-            help="The metric of SCHEME against the reference must be at least LIMIT; repeatable.",
+            help="The metric of SCHEME (or 'trained') against the reference must be at least LIMIT; repeatable.",
             show_default=False,
         ),
     ] = None,
@@ -253,6 +261,7 @@ def gate(
         ),
     ] = None,
     schemes: Schemes = None,
+    trained_with: TrainedWith = None,
     require: Annotated[
         list[str] | None,
         typer.Option(
@@ -338,11 +347,16 @@ def gate(
     the options are merged over the file. Under GitHub Actions, failed rules become ::error annotations and a
     summary is appended to $GITHUB_STEP_SUMMARY.
 
+    Rules that check the trainer: --expect-recorded, and --max/--min on 'trained' (the run's own advantages).
+    Rules on a named scheme measure the data's exposure: what that scheme would do to this data. A rule the
+    dump cannot support is not evaluated, and says so.
+
     Examples:
 
     \b
-      rollaudit gate run/rollout_data/ --max batch:sign_flip_rate=1%
+      rollaudit gate run/ --max trained:strict_flip_rate=0      # the trainer: no reversed advantage
       rollaudit gate run/ --expect-recorded 'slime-2204' --require prompt-key
+      rollaudit gate run/rollout_data/ --max batch:sign_flip_rate=1%   # exposure of this data
       rollaudit gate run/ --baseline ci/baseline.json --baseline-tolerance '*:1%'
     """
     from .._gate.baseline import baseline_text
@@ -362,6 +376,7 @@ def gate(
         recorded_tolerance=recorded_tolerance,
         baseline=baseline,
         baseline_tolerance=baseline_tolerance or (),
+        trained_with=trained_with,
     )
     require_rules(config, writing_baseline=write_baseline_file is not None)
     junit_path = prepare_output(junit) if junit is not None else None

@@ -67,6 +67,18 @@ Schemes = Annotated[
 Reference = Annotated[
     str, typer.Option("--reference", "-r", metavar="SCHEME", help="The scheme every other is measured against.")
 ]
+TrainedWith = Annotated[
+    str | None,
+    typer.Option(
+        "--trained-with",
+        metavar="SCHEME",
+        help=(
+            "The scheme your run trained with, where the dump records no advantages (they outrank it); "
+            "default: the framework's default preset for the dump."
+        ),
+        show_default=False,
+    ),
+]
 DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no status messages on stderr.")]
 

@@ -52,6 +52,7 @@ class GateConfig:
     baseline_tolerances: tuple[BaselineTolerance, ...] = ()
     reference: str | None = None
     schemes: tuple[str, ...] = ()
+    trained_with: str | None = None
     source: str | None = None
 
     @property
@@ -71,6 +72,7 @@ CONFIG_KEYS = (
     "min",
     "reference",
     "schemes",
+    "trained_with",
     "require",
     "expect_recorded",
     "recorded_tolerance",
@@ -222,6 +224,13 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
         if not isinstance(values["reference"], str):
             raise UsageError("must be a scheme string", file=where, field="reference")
         reference = _in_config(where, "reference", scheme_name, values["reference"], repr(values["reference"]))
+    trained_with = None
+    if "trained_with" in values:
+        if not isinstance(values["trained_with"], str):
+            raise UsageError("must be a scheme string", file=where, field="trained_with")
+        trained_with = _in_config(
+            where, "trained_with", scheme_name, values["trained_with"], repr(values["trained_with"])
+        )
     schemes: list[str] = []
     for item in _strings(values.get("schemes", []), "schemes", where):
         parts = _in_config(where, "schemes", _split, item)
@@ -258,6 +267,7 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
         baseline_tolerances=tuple(_merge_tolerances([], tolerances)),
         reference=reference,
         schemes=tuple(dict.fromkeys(schemes)),
+        trained_with=trained_with,
         source=where,
     )
     _check_reference(config)
@@ -310,14 +320,15 @@ def gate_config(
     recorded_tolerance: float | None = None,
     baseline: str | os.PathLike[str] | None = None,
     baseline_tolerance: Sequence[str] = (),
+    trained_with: str | None = None,
 ) -> GateConfig:
     """CLI-style values merged over ``base`` (usually :func:`load_gate_config`'s result).
 
     ``max_rules``/``min_rules`` are ``"SCHEME:METRIC=LIMIT"`` strings; a rule
     on the same (op, scheme, metric) as the config's replaces it, others add
     to it. ``require`` adds requirements. ``reference``, ``expect_recorded``,
-    ``recorded_tolerance`` and ``baseline`` (a path, relative to the working
-    directory) replace the config's when given. ``baseline_tolerance``
+    ``recorded_tolerance``, ``trained_with`` and ``baseline`` (a path,
+    relative to the working directory) replace the config's when given. ``baseline_tolerance``
     entries replace the config's for the same metric. ``schemes`` (a list, or
     one comma-separated string) adds schemes to audit.
     """
@@ -345,6 +356,7 @@ def gate_config(
         ),
         reference=scheme_name(reference, "--reference") if reference is not None else base.reference,
         schemes=tuple(dict.fromkeys((*base.schemes, *extra_schemes))),
+        trained_with=scheme_name(trained_with, "--trained-with") if trained_with is not None else base.trained_with,
     )
     _check_reference(config)
     return config
@@ -364,9 +376,10 @@ def require_rules(config: GateConfig, writing_baseline: bool = False) -> None:
 def schemes_needed(config: GateConfig) -> list[str]:
     """The schemes to audit, in order: those the rules and the baseline mention, plus ``config.schemes``;
     the default trio when nothing names one. The reference is added by ``rollaudit.audit`` itself."""
+    # ``trained`` is the run's own row, which the audit adds itself.
     names = [
         *config.schemes,
-        *(rule.scheme for rule in config.bounds),
+        *(rule.scheme for rule in config.bounds if not rule.checks_trainer),
         *(config.baseline.summary if config.baseline is not None else ()),
     ]
     if not names:

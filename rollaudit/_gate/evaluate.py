@@ -51,6 +51,7 @@ class RuleResult:
     message: str
     kind: str = ""
     limit_text: str = ""
+    evaluated: bool = True  # False: the dump cannot support what the rule measures (neither passed nor failed)
 
     def to_dict(self) -> dict[str, Any]:
         return json_value(
@@ -58,6 +59,7 @@ class RuleResult:
                 "name": self.name,
                 "kind": self.kind,
                 "passed": self.passed,
+                "evaluated": self.evaluated,
                 "measured": self.measured,
                 "limit": self.limit,
                 "limit_text": self.limit_text,
@@ -84,16 +86,27 @@ class GateResult:
         return [result for result in self.results if not result.passed]
 
     @property
+    def not_evaluated(self) -> list[RuleResult]:
+        return [result for result in self.results if not result.evaluated]
+
+    @property
     def exit_code(self) -> int:
         """0 when every rule holds, 1 otherwise (usage and input errors exit 2 before a result exists)."""
         return 0 if self.passed else 1
 
     def summary_line(self) -> str:
         """One line: how many rules passed, or which failed."""
+        unmeasured = self.not_evaluated
+        skipped = (
+            f"; {len(unmeasured)} not evaluated ({', '.join(result.name for result in unmeasured)})"
+            if unmeasured
+            else ""
+        )
         if self.passed:
-            return f"gate passed: {len(self.results)} rule{'s' if len(self.results) != 1 else ''} held"
+            held = len(self.results) - len(unmeasured)
+            return f"gate passed: {held} rule{'s' if held != 1 else ''} held{skipped}"
         names = ", ".join(result.name for result in self.failures)
-        return f"gate failed: {len(self.failures)} of {len(self.results)} rules ({names})"
+        return f"gate failed: {len(self.failures)} of {len(self.results)} rules ({names}){skipped}"
 
     def raise_for_failures(self) -> None:
         """Raise :class:`GateFailed` (exit code 1) when a rule failed."""
@@ -108,7 +121,11 @@ class GateResult:
                 "passed": self.passed,
                 "reference": self.reference,
                 "samples": self.samples,
-                "counts": {"rules": len(self.results), "failed": len(self.failures)},
+                "counts": {
+                    "rules": len(self.results),
+                    "failed": len(self.failures),
+                    "not_evaluated": len(self.not_evaluated),
+                },
                 "rules": [result.to_dict() for result in self.results],
             }
         )
@@ -125,10 +142,31 @@ def _bound_limit_text(rule: BoundRule) -> str:
     return f"{'<=' if rule.op == 'max' else '>='} {format_value(rule.limit, rule.metric)}"
 
 
+def _not_evaluated(name: str, why: str, kind: str, limit: float | None = None, limit_text: str = "") -> RuleResult:
+    return RuleResult(name, True, None, limit, f"not evaluated: {why}", kind, limit_text, evaluated=False)
+
+
 def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
-    measured = _number_or_none(report.summary.loc[rule.scheme, rule.metric])
     limit_text = _bound_limit_text(rule)
-    target = f"{rule.scheme}:{rule.metric} vs {report.reference}"
+    row = report.trained_row if rule.checks_trainer else rule.scheme
+    if row is None:
+        trained = report.trained_with
+        why = (
+            f"the run's scheme {trained.scheme} is not auditable on this dump "
+            f"({report.not_auditable.get(trained.scheme, '')})"
+            if trained.scheme is not None and trained.evidence != "recorded"
+            else f"the run's own scheme is unknown ({trained.why})"
+        )
+        return _not_evaluated(rule.name, why, "bound", rule.limit, limit_text)
+    if row in report.not_auditable:
+        why = f"{row} is not auditable on this dump ({report.not_auditable[row]})"
+        return _not_evaluated(rule.name, why, "bound", rule.limit, limit_text)
+    measured = _number_or_none(report.summary.loc[row, rule.metric])
+    if rule.checks_trainer:
+        own = "its recorded advantages" if row == "recorded" else f"{row}, {report.trained_with.evidence}"
+        target = f"the run's own advantages ({own}): {rule.metric} vs {report.reference}"
+    else:
+        target = f"{rule.scheme}:{rule.metric} vs {report.reference} (what {rule.scheme} would do to this data)"
     if measured is None:
         why = _UNDEFINED_BECAUSE.get(rule.metric, "no sample could be compared")
         return RuleResult(rule.name, False, None, rule.limit, f"{target} is undefined ({why})", "bound", limit_text)
@@ -139,13 +177,13 @@ def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
         verdict = "at or above the minimum" if passed else "below the minimum"
     message = f"{target} = {format_value(measured, rule.metric)}, {verdict} {format_value(rule.limit, rule.metric)}"
     if not passed and report.info.get("steps", 1) > 1:
-        message += _worst_step(report, rule)
+        message += _worst_step(report, row, rule)
     return RuleResult(rule.name, passed, measured, rule.limit, message, "bound", limit_text)
 
 
-def _worst_step(report: Report, rule: BoundRule) -> str:
+def _worst_step(report: Report, row: str, rule: BoundRule) -> str:
     """Where a failing bound is worst, for a multi-step run."""
-    by_step = report.per_step.xs(rule.scheme, level="scheme")[rule.metric].dropna()
+    by_step = report.per_step.xs(row, level="scheme")[rule.metric].dropna()
     if by_step.empty:
         return ""
     step = by_step.idxmax() if rule.op == "max" else by_step.idxmin()
@@ -241,7 +279,7 @@ def _recorded_result(rule: RecordedRule, report: Report) -> RuleResult:
         why = detection.unavailable.get(rule.scheme, "not fitted")
         message = f"{rule.scheme} cannot run on this dump ({why}); {_best_fit_text(detection)}"
         return RuleResult(rule.name, False, None, rule.tolerance, message, "recorded", limit_text)
-    allowed = detection.allowed_error
+    allowed = detection.allowed_for(fit)  # the fit's own dtype sets how far its rounding may stray
     if detection.scale != 1.0:
         limit_text = f"max error <= {allowed:.4g} ({rule.tolerance:g} x max |recorded| {detection.scale:.4g})"
     worst = fit.max_error
@@ -281,6 +319,10 @@ def _baseline_results(baseline: Baseline, report: Report, config: GateConfig) ->
     tolerances = {tolerance.metric: tolerance for tolerance in config.baseline_tolerances}
     results = []
     for scheme, stored in baseline.summary.items():
+        if scheme in report.not_auditable:
+            why = f"{scheme} is not auditable on this dump ({report.not_auditable[scheme]})"
+            results.append(_not_evaluated(f"baseline {scheme}", why, "baseline"))
+            continue
         for metric in METRIC_NAMES:
             tolerance = _tolerance_for(metric, tolerances)
             if tolerance is None:
@@ -331,7 +373,11 @@ def evaluate(report: Report, table: pa.Table, config: GateConfig) -> GateResult:
             expected="rollaudit.audit(table, schemes_needed(config), reference=config.reference_name)",
         )
     table = validate_table(table)
-    missing = [scheme for scheme in schemes_needed(config) if scheme not in report.summary.index]
+    missing = [
+        scheme
+        for scheme in schemes_needed(config)
+        if scheme not in report.summary.index and scheme not in report.not_auditable
+    ]
     if missing:
         raise UsageError(
             f"the report has no scheme {missing[0]!r}",
@@ -381,6 +427,7 @@ def run_gate(table: pa.Table, config: GateConfig, device: str = "auto") -> GateR
             device=device,
             recorded_schemes=[recorded.scheme] if recorded is not None else (),
             recorded_tolerance=recorded.tolerance if recorded is not None else DEFAULT_RECORDED_TOLERANCE,
+            trained_with=config.trained_with,
         )
     except SchemeError as error:
         # A scheme cannot apply to this data (e.g. some prompt keys missing). When a data requirement explains

@@ -8,12 +8,22 @@ through the library.
 
 Rule kinds
 ==========
+Two questions, two kinds of rule. Rules that check the trainer: ``--expect-recorded`` and a bound on
+``trained`` (the run's own scheme, :class:`~rollaudit._audit.trained.TrainedWith`). Rules that measure the data's
+exposure: a bound on a named scheme measures what that scheme *would* do to this data, whatever the trainer did
+(``batch:sign_flip_rate`` fails on any fan-out run).
+
 bound (``--max`` / ``--min SCHEME:METRIC=LIMIT``)
     a summary metric of a scheme against the reference must stay at most /
-    at least ``LIMIT``. For the rate metrics (:data:`RATE_METRICS`) ``LIMIT``
-    may be written as a percentage (``1%`` = 0.01). An undefined metric
-    (e.g. ``token_flip_rate`` without response lengths) fails: a gate does
-    not pass on what it could not measure.
+    at least ``LIMIT``. ``SCHEME`` may be ``trained``: the row of the run's
+    own advantages (recorded, else the scheme named with ``--trained-with``
+    or the framework's default). For the rate metrics (:data:`RATE_METRICS`)
+    ``LIMIT`` may be written as a percentage (``1%`` = 0.01). An undefined
+    metric (e.g. ``token_flip_rate`` without response lengths) fails: a gate
+    does not pass on what it measured as undefined. A rule on a scheme the
+    dump cannot support (not auditable), or on ``trained`` where the run's
+    scheme is unknown, is not evaluated: it neither passes nor fails, and
+    the output says so.
 recorded (``--expect-recorded SCHEME``)
     the advantages the trainer recorded must equal ``SCHEME``'s within
     ``tolerance * max(1, max |recorded|)`` on every row that has one; on a
@@ -53,6 +63,8 @@ from .._audit.schemes import get_scheme
 from .._errors import SchemeError, UsageError, did_you_mean
 
 METRIC_NAMES = METRICS  # the gate parses metric names without importing torch
+TRAINED = "trained"
+"""The scheme name of a bound rule on the run's own advantages."""
 """Metrics whose values are shares (cosine: a signed share): a ``%`` on them means percentage points."""
 
 Requirement = Literal["prompt-key", "trajectory-key", "finite-rewards", "no-singletons"]
@@ -75,6 +87,11 @@ class BoundRule:
     @property
     def name(self) -> str:
         return f"{self.op} {self.scheme}:{self.metric}"
+
+    @property
+    def checks_trainer(self) -> bool:
+        """Whether the rule holds the run's own advantages (``trained``), not what a named scheme would do."""
+        return self.scheme == TRAINED
 
 
 @dataclass(frozen=True)
@@ -174,7 +191,8 @@ def parse_bound(text: str, op: Literal["max", "min"], where: str | None = None) 
         raise UsageError(f"{where}: expected SCHEME:METRIC=LIMIT, e.g. batch:sign_flip_rate=0.01")
     metric = _metric(metric_text, where)
     limit, _ = _number(limit_text, where, percent_ok=metric in RATE_METRICS)
-    return BoundRule(scheme=scheme_name(scheme_text, where), metric=metric, op=op, limit=limit)
+    scheme = TRAINED if scheme_text.strip() == TRAINED else scheme_name(scheme_text, where)
+    return BoundRule(scheme=scheme, metric=metric, op=op, limit=limit)
 
 
 def parse_requirement(text: str, where: str | None = None) -> RequireRule:

@@ -7,7 +7,8 @@ and its ``prompt`` is not one either (later calls and sub-agents have prompts of
 be read from it: reading it is one line saying so, and what to pass instead. The trained rows themselves (a table
 with ``data_id``, ``rollout_id`` and ``reward``, one row per LLM call) are a generic table, and ``agl-rollout``
 reproduces agent-lightning's rollout-level advantage on them. With ``prompt_col`` naming a column the user added,
-the export reads as a generic table.
+the export reads as a generic table; ``prompt_col`` naming one of the export's own keys is refused (none of them is
+the group key).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._errors import InputError
+from .._table import with_trained_default
 from . import generic, tables
 from .base import Format
 
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
 EXPORT_KEYS = frozenset({"rollout_id", "reward", "prompt", "response"})
 EXPORT_NAMES = ("train_trajectories.jsonl", "train_trajectories.jsonl.zip")
 _LINE_LIMIT = 1 << 22
+DEFAULT = (
+    "agl-rollout",
+    "agent-lightning v1.0's default (enable_rollout_level_advantage=true, adv_estimator=grpo): each rollout counts "
+    "once in its data_id group, in bfloat16",
+)
 
 
 def _first_object_of_zip(path: Path) -> dict | None:
@@ -75,6 +82,15 @@ def expand_directory(directory: Path) -> list[Path] | None:
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """The export, refused with the one line that says why (or, with ``prompt_col``, read as a generic table)."""
     if options.prompt_col is not None and not path.name.endswith(".zip"):
+        if options.prompt_col in EXPORT_KEYS:
+            raise InputError(
+                f"--prompt-col {options.prompt_col} names a key of agent-lightning's W&B trajectory export, which "
+                "has no data_id, its prompt-group key (rollout_id is an attempt, prompt the last LLM call's text)",
+                file=str(path),
+                field="data_id",
+                expected="the trained rows (data_id, rollout_id, reward), or --prompt-col naming a column you added "
+                "holding data_id",
+            )
         return generic.read(path, options)
     raise InputError(
         "agent-lightning's W&B trajectory export has no data_id, its prompt-group key (its prompt text is the last "
@@ -86,8 +102,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
-    """Exports read with ``prompt_col`` are generic tables."""
-    return generic.combine(paths, reduced, options)
+    """Exports read with ``prompt_col`` are generic tables, trained by agent-lightning's default."""
+    return [with_trained_default(table, *DEFAULT) for table in generic.combine(paths, reduced, options)]
 
 
 LOADER = Format(
@@ -97,4 +113,7 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=generic.LOADER.options,
+    reads="the export's rollout_id, reward, prompt and response (no data_id: refused unless --prompt-col names a "
+    "column holding it)",
 )

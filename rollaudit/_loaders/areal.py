@@ -9,6 +9,9 @@ Columns: ``step`` = the version (the directory's name), ``position`` = the row's
 ``task_id`` (AReaL's group key), ``reward`` = ``reward`` (the value the trainer receives), ``response_length`` =
 the row's generated tokens (``seqlen - prompt_len``, or the ``gen`` segments' lengths); passed through:
 ``sample_idx``, ``head_version``, ``tail_version``, ``original_reward`` (before rollout-time normalization).
+``reward_col="original_reward"`` (``--reward-col original_reward``) reads the raw reward instead, the dump's
+``reward`` then passing through as ``rollout_normalized_reward``; where the two differ, a note says the rewards
+were normalized before the advantage.
 There is no trajectory key: ``sample_idx`` is a row index, and nothing in the dump says which rows came from one
 attempt, so trajectory deduplication cannot be audited from it (the report says so). Prompt and completion texts
 are never read.
@@ -26,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError
-from .._table import POSITION, STEP, concat_tables, make_table, with_found
+from .._table import POSITION, REWARD, STEP, concat_tables, make_table, with_facts, with_found, with_trained_default
 from . import columns, tables
 from .base import Format
 
@@ -52,6 +55,27 @@ _SCHEMA = pa.schema(
 NO_TRAJECTORY = (
     "AReaL dumps have no attempt key (sample_idx numbers rows): trajectory deduplication cannot be audited from "
     "them; the trajectory scheme counts each row as its own trajectory"
+)
+NO_ATTEMPT_ID = (
+    "AReaL dumps have no attempt id (sample_idx numbers rows): the LLM calls of one rollout cannot be grouped"
+)
+DEFAULT = (
+    "areal-group",
+    "AReaL's group reward normalization as its GRPO examples set it (actor.reward_norm mean_level=group, "
+    "std_level=group, unbiased std since v0.3.4; unset, AReaL does not normalise) over each task's rows; no "
+    "recorded advantages to confirm it",
+)
+REWARD_FIELDS = ("reward", "original_reward")
+RAW_REWARD = "original_reward"
+NORMALIZED_REWARD = "rollout_normalized_reward"  # the dump's reward when the raw one is read
+NORMALIZED_NOTE = (
+    "AReaL normalized rewards at rollout time (gconfig.reward_normalization): reward differs from original_reward, "
+    "and the audit reads reward, what the trainer received; reward_col='original_reward' (--reward-col "
+    "original_reward) audits the raw rewards"
+)
+RAW_NOTE = (
+    "AReaL normalized rewards at rollout time (gconfig.reward_normalization): the audit reads original_reward, the "
+    "raw rewards, as reward_col asks; the trainer received the normalized ones (rollout_normalized_reward)"
 )
 
 
@@ -102,17 +126,20 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     table = tables.read_json_lines(path, _SCHEMA)
     if table.num_rows == 0:
         raise InputError("empty file: no lines", file=str(path), expected="AReaL rollout records")
-    for name in ("task_id", "reward"):
+    reward = _reward_field(path, options)
+    for name in ("task_id", reward):
         if table.column(name).null_count:
             row = int(pc.index(pc.is_null(table.column(name)), True).as_py())
             raise InputError("is missing", file=str(path), field=name, row=row, expected="a value on every record")
-    rewards = columns.float_values(table.column("reward"), path, "reward")
+    rewards = columns.float_values(table.column(reward), path, reward)
     columns.warn_missing_rewards(path, 0, rewards)
     extra = {
         name: table.column(name).combine_chunks()
-        for name in ("sample_idx", "head_version", "tail_version", "original_reward")
-        if table.column(name).null_count < table.num_rows
+        for name in ("sample_idx", "head_version", "tail_version", RAW_REWARD)
+        if table.column(name).null_count < table.num_rows and name != reward
     }
+    if reward == RAW_REWARD:
+        extra[NORMALIZED_REWARD] = table.column(REWARD).combine_chunks()
     return make_table(
         reward=rewards,
         prompt=table.column("task_id"),
@@ -120,6 +147,21 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         response_length=_generated_tokens(table, path),
         **extra,
     )
+
+
+def _reward_field(path: Path, options: LoadOptions) -> str:
+    """The record key read as the reward: ``reward``, or the one ``reward_col`` names (``original_reward``)."""
+    name = options.reward_col or REWARD
+    if name not in REWARD_FIELDS:
+        first = tables.first_json_object(path) or {}
+        raise InputError(
+            f"AReaL records have no reward field {name!r}; fields found: {columns.columns_found(list(first))}",
+            file=str(path),
+            field=name,
+            expected="reward_col (--reward-col) naming reward (what the trainer received) or original_reward (the "
+            "raw reward, before rollout-time normalization)",
+        )
+    return name
 
 
 def _generated_tokens(table: pa.Table, path: Path) -> pa.Array:
@@ -159,9 +201,29 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         batch = concat_tables([table for _, _, table in files])
         positions = pa.array(np.arange(batch.num_rows, dtype=np.int64))
         batch = batch.set_column(batch.column_names.index(POSITION), POSITION, positions)
-        found = {"tasks": len(files), "rows (one per LLM call)": batch.num_rows}
-        combined.append(with_found(batch, {"AReaL (prompt = task_id)": found}, [NO_TRAJECTORY]))
+        normalized = _normalized_rows(batch)
+        found = {
+            "tasks": len(files),
+            "rows (one per LLM call)": batch.num_rows,
+            "rows whose reward was normalized at rollout time (reward != original_reward)": normalized,
+        }
+        notes = [NO_TRAJECTORY]
+        if normalized:
+            notes.append(RAW_NOTE if NORMALIZED_REWARD in batch.column_names else NORMALIZED_NOTE)
+        batch = with_found(batch, {"AReaL (prompt = task_id)": found}, notes)
+        combined.append(with_facts(with_trained_default(batch, *DEFAULT), no_trajectory=NO_ATTEMPT_ID))
     return combined
+
+
+def _normalized_rows(batch: pa.Table) -> int:
+    """Rows whose dump ``reward`` differs from their ``original_reward`` (0 when the dump has no raw rewards)."""
+    if NORMALIZED_REWARD in batch.column_names:
+        raw, normalized = batch.column(REWARD), batch.column(NORMALIZED_REWARD)
+    elif RAW_REWARD in batch.column_names:
+        raw, normalized = batch.column(RAW_REWARD), batch.column(REWARD)
+    else:
+        return 0
+    return int(pc.sum(pc.fill_null(pc.not_equal(raw, normalized), False)).as_py() or 0)
 
 
 LOADER = Format(
@@ -171,4 +233,6 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=frozenset({"reward_col"}),
+    reads="AReaL's record keys (prompt = task_id, reward = reward, or original_reward with reward_col)",
 )

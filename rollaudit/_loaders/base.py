@@ -20,14 +20,21 @@ A format is four functions and a name:
 
 The engine (worker processes, Ray, the cache) and ``rollaudit.load`` work
 with any format through this interface alone.
+
+Besides, a format declares the reading options it takes (``options``: names
+of :class:`~.options.LoadOptions` fields) and what it reads instead of the
+others (``reads``); :meth:`Format.check_options` refuses an option it would
+ignore, so that a misplaced ``--prompt-col`` is never silently dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .._errors import UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,6 +52,28 @@ class Format:
     read: Callable[[Path, LoadOptions], pa.Table]
     combine: Callable[[list[Path], list[pa.Table], LoadOptions], list[pa.Table]]
     expand_directory: Callable[[Path], list[Path] | None]
+    options: frozenset[str] = field(default_factory=frozenset)
+    """The reading options (LoadOptions fields) this format takes; ``format`` and the run options always pass."""
+    reads: str = ""
+    """What the format reads without options, in its framework's words (named when an option is refused)."""
+
+    def check_options(self, options: LoadOptions) -> None:
+        """A UsageError naming the first reading option set in ``options`` that this format does not take."""
+        from .options import set_reading_options
+
+        for name in set_reading_options(options):
+            if name in self.options:
+                continue
+            flag = "--" + name.replace("_", "-")
+            takes = (
+                f"one of the options {self.name} reads: {', '.join(sorted(self.options))}"
+                if self.options
+                else f"no reading option: {self.name} dumps name their own keys"
+            )
+            raise UsageError(
+                f"{name} ({flag}) is not read by {self.name} dumps: they read {self.reads or self.description}",
+                expected=takes,
+            )
 
     def read_all(self, paths: list[Path], options: LoadOptions) -> list[pa.Table]:
         """Read ``paths`` one after the other in this process and combine them: one canonical table per step."""

@@ -398,6 +398,29 @@ def warn_varying_tokens(path: Path, field: str, varying: int, rule: str) -> None
         )
 
 
+def repeated_keys(keys: Any, steps: Any, noun: str = "texts") -> tuple[dict[str, list[int]], str | None]:
+    """Text read as a prompt key, checked the way a trainer that repeats each prompt n times would write it: per
+    step, every distinct key occurs a multiple of one count n >= 2. Returns, per step, ``[n, keys occurring k x n
+    times with k > 1]`` (one text drawn for several prompts), and, for the first step where the counts have no
+    common n >= 2, a description of them, ``noun`` naming the keys (else None)."""
+    # numpy over dictionary codes: pyarrow's group_by and to_numpy import pandas, a fifth of a second.
+    codes = numpy_view(pc.dictionary_encode(plain(keys), null_encoding="encode").indices.cast(pa.int64()))
+    pairs, sizes_of = np.unique(np.stack([numpy_view(plain(steps)), codes]), axis=1, return_counts=True)
+    step_of = pairs[0]
+    verified: dict[str, list[int]] = {}
+    for step in sorted(set(step_of.tolist())):
+        sizes = sizes_of[step_of == step]
+        common = math.gcd(*sizes.tolist())
+        if common < 2:
+            once = int((sizes == 1).sum())
+            if once:
+                return verified, f"in step {step}, {once} of its {len(sizes)} distinct {noun} occur once"
+            shown = ", ".join(str(size) for size in sorted(set(sizes.tolist()))[:6])
+            return verified, f"in step {step}, its {len(sizes)} distinct {noun} occur {shown} times: no common n"
+        verified[str(step)] = [common, int((sizes > common).sum())]
+    return verified, None
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Steps: one canonical table per step.
 

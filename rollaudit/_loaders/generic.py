@@ -16,6 +16,16 @@ step           ``step``, ``global_step``
 token mask     ``token_loss_mask``, ``loss_mask``, ``token_mask``, ``response_mask``, ``loss_masks``, ``mask``
 =============  ====================================================================================
 
+A prompt key found as a text column (``prompt``, ``input``) is checked: it
+verifies where every distinct text of a step occurs a multiple of one count
+n >= 2 (as a trainer that repeats each prompt n times writes it; k x n: one
+text drawn for k prompts, grouped as one, and a note says so). An ``input``
+column that does not verify is refused naming the key columns looked for: it
+is verl's decoded prompt, which multi-step forks fill with each environment
+step's observation. A ``prompt`` column that does not verify is kept as the
+key (a table's own prompt column, partial groups and all) with a note saying
+it was not verified. ``prompt_col`` naming the text column takes it as given.
+
 Reduction rules (one value per sample):
 
 - A per-token **advantage** list becomes the value of its first masked-in
@@ -49,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._errors import InputError, RollauditWarning
-from .._table import make_table
+from .._table import PROMPT, STEP, make_table, with_found
 from . import capped, columns, tables
 from .base import Format
 
@@ -58,6 +68,8 @@ if TYPE_CHECKING:
 
 REWARD_NAMES = ("reward", "score", "rewards")
 PROMPT_NAMES = ("group_index", "uid", "data_id", "prompt_id", "task_id", "prompt", "input")
+TEXT_PROMPT_NAMES = ("prompt", "input")  # texts, not keys: their counts are checked
+REFUSED_TEXT_KEYS = ("input",)  # verl's decoded prompt: per-step observations in multi-step forks
 TRAJECTORY_NAMES = ("rollout_id", "traj_uid", "trajectory_id", "trajectory")
 ADVANTAGE_NAMES = ("advantage", "advantages", "recorded_advantage")
 STEP_NAMES = ("step", "global_step")
@@ -221,6 +233,10 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
         step=steps,
         **extra,
     )
+    shared, unverified = 0, ""
+    text_key = roles.prompt in TEXT_PROMPT_NAMES and options.prompt_col is None
+    if text_key and columns.string_like(canonical.column(PROMPT).type):  # numbers under those names are keys
+        shared, unverified = _verified_text_key(canonical, roles.prompt, path)
     if roles.prompt is None:
         if options.n_samples_per_prompt is not None:
             canonical = columns.slice_prompts(canonical, options.n_samples_per_prompt, path)
@@ -231,25 +247,54 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
                 RollauditWarning,
                 stacklevel=4,
             )
-    return canonical, has_steps
+    metadata = {_SHARED_TEXTS: str(shared).encode(), _UNVERIFIED: unverified.encode()}
+    return canonical.replace_schema_metadata(metadata), has_steps
+
+
+def _verified_text_key(canonical: pa.Table, name: str, path: Path) -> tuple[int, str]:
+    """How many texts of the column ``name``, found as the prompt key, occur k x n times (k > 1), and, where its
+    counts do not verify it as a key, what they are (an InputError for ``input``)."""
+    verified, failure = columns.repeated_keys(canonical.column(PROMPT), canonical.column(STEP))
+    if failure is not None and name not in REFUSED_TEXT_KEYS:
+        return 0, f"{path.name}: {failure}"
+    if failure is not None:
+        keys = [key for key in PROMPT_NAMES if key not in TEXT_PROMPT_NAMES]
+        raise InputError(
+            f"no prompt-key column ({', '.join(keys)}), and the {name!r} text does not verify as one: {failure} (a "
+            "trainer repeats each prompt n >= 2 times)",
+            file=str(path),
+            field=keys[0],
+            expected=f"a prompt-key column, or prompt_col (--prompt-col) naming it; --prompt-col {name} takes the "
+            "text as the key as it is",
+        )
+    return sum(count for _, count in verified.values()), ""
 
 
 _HAS_STEPS = b"rollaudit.generic.has_steps"
+_SHARED_TEXTS = b"rollaudit.generic.shared_texts"
+_UNVERIFIED = b"rollaudit.generic.unverified_text_key"
 
 
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One table file to its canonical rows (all its steps in one table), whether it had steps in its metadata."""
     table, has_steps = read_canonical(path, options)
-    return table.replace_schema_metadata({_HAS_STEPS: b"1" if has_steps else b"0"})
+    metadata = dict(table.schema.metadata or {})
+    metadata[_HAS_STEPS] = b"1" if has_steps else b"0"
+    return table.replace_schema_metadata(metadata)
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The reduced tables of generic files, in file order: one canonical table per step."""
     parts: dict[int, list[pa.Table]] = {}
     stepless: list[Path] = []
+    shared, unverified = 0, []
     for path, file_table in zip(paths, reduced, strict=True):
-        if (file_table.schema.metadata or {}).get(_HAS_STEPS) != b"1":
+        metadata = file_table.schema.metadata or {}
+        if metadata.get(_HAS_STEPS) != b"1":
             stepless.append(path)
+        shared += int(metadata.get(_SHARED_TEXTS, b"0"))
+        if metadata.get(_UNVERIFIED):
+            unverified.append(metadata[_UNVERIFIED].decode())
         for step, table in columns.split_steps(file_table.replace_schema_metadata()):
             parts.setdefault(step, []).append(table)
     if len(stepless) > 1:
@@ -259,7 +304,20 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             RollauditWarning,
             stacklevel=3,
         )
-    return [columns.renumber_positions(parts[step]) for step in sorted(parts)]
+    combined = [columns.renumber_positions(parts[step]) for step in sorted(parts)]
+    notes = []
+    if shared:
+        notes.append(
+            f"{shared} prompt texts occur a multiple of their step's group size (one text drawn for several "
+            "prompts): each is grouped as one prompt; a prompt-key column would tell them apart"
+        )
+    if unverified:
+        notes.append(
+            f"the prompt key is the 'prompt' text column, not verified as a key ({unverified[0]}, not a multiple of "
+            "one group size n >= 2): a prompt-key column (group_index, uid, data_id) or --prompt-col prompt says it "
+            "is one"
+        )
+    return [with_found(table, {}, notes) for table in combined] if notes else combined
 
 
 LOADER = Format(
@@ -269,4 +327,17 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=frozenset(
+        {
+            "reward_col",
+            "prompt_col",
+            "trajectory_col",
+            "step_col",
+            "advantage_col",
+            "mask_col",
+            "token_reduce",
+            "n_samples_per_prompt",
+        }
+    ),
+    reads="the columns named by the column options, else the common names",
 )

@@ -1,10 +1,11 @@
 """``rollaudit.load``: dump files, lists, directories or globs to one canonical table.
 
-Paths are expanded (:func:`expand_paths`: a directory asks every format which
-of its files are dumps), each file's format is detected by content
+Paths are expanded (:func:`expand_paths`: a directory is searched down to the
+one run it holds, :mod:`.discover`), each file's format is detected by content
 (:func:`detect_format`, the registry's order) and read by the engine (this
 process, worker processes or Ray; the cache first), and each format combines
-its files' tables into canonical tables, one per step.
+its files' tables into canonical tables, one per step. Dumps of two formats
+never make one table.
 """
 
 from __future__ import annotations
@@ -17,38 +18,27 @@ from typing import Any
 
 import pyarrow as pa
 
-from .._errors import InputError, UsageError
-from .._table import PIECE_ROWS, POSITION, STEP, concat_tables, merge_found, numpy_view, with_found
+from .._errors import InputError, UsageError, did_you_mean
+from .._table import (
+    FORMATS_METADATA,
+    PIECE_ROWS,
+    POSITION,
+    STEP,
+    concat_tables,
+    merge_facts,
+    merge_found,
+    numpy_view,
+    with_facts,
+    with_found,
+)
+from .discover import DUMP_HINT, directory_files, natural_key
 from .engine import run_items
 from .options import LoadOptions
-from .registry import FORMATS, formats_read
+from .registry import FORMATS
 
 ProgressCallback = Callable[[str, int], Any]
-FORMATS_METADATA = b"rollaudit.formats"
 
 _GLOB_CHARACTERS = re.compile(r"[*?[]")
-
-
-def _natural_key(path: Path) -> tuple:
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(path)))
-
-
-def _directory_files(directory: Path) -> list[Path]:
-    for entry in FORMATS.values():
-        files = entry.expand_directory(directory)
-        if files:
-            return sorted(files, key=_natural_key)
-    files = sorted(
-        (path for path in directory.iterdir() if path.is_file() and not path.name.startswith(".")),
-        key=_natural_key,
-    )
-    if not files:
-        raise InputError(
-            "the directory holds no dump files",
-            file=str(directory),
-            expected=f"dumps in a format rollaudit reads: {formats_read()}",
-        )
-    return files
 
 
 def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
@@ -62,7 +52,7 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
             raise UsageError(f"{type(item).__name__} given where a path was expected", expected="str or os.PathLike")
         path = Path(item)
         if path.is_dir():
-            files.extend(_directory_files(path))
+            files.extend(directory_files(path, detect_format))
         elif path.is_file():
             files.append(path)
         elif isinstance(item, str) and _GLOB_CHARACTERS.search(item):
@@ -78,10 +68,10 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
 def _glob_files(pattern: str) -> list[Path]:
     import glob
 
-    matches = sorted((Path(match) for match in glob.glob(pattern, recursive=True)), key=_natural_key)
+    matches = sorted((Path(match) for match in glob.glob(pattern, recursive=True)), key=natural_key)
     files: list[Path] = []
     for match in matches:
-        files.extend(_directory_files(match) if match.is_dir() else [match])
+        files.extend(directory_files(match, detect_format) if match.is_dir() else [match])
     if not files:
         raise InputError("no file matches the pattern", file=pattern, expected="a glob that matches dump files")
     return files
@@ -92,7 +82,7 @@ def detect_format(path: Path) -> str:
     for name, entry in FORMATS.items():
         if entry.detect(path):
             return name
-    raise InputError("unknown dump format", file=str(path), expected=f"a format rollaudit reads: {formats_read()}")
+    raise InputError("not a dump rollaudit reads", file=str(path), expected=DUMP_HINT)
 
 
 def load(
@@ -120,9 +110,10 @@ def load(
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
 
-    ``path_or_paths``: a dump file, a directory (a slime ``--dump-details``
-    directory pairs its rollout and train dumps by step), a glob, or a list
-    of those. ``options``: a :class:`~rollaudit.LoadOptions`; without it, the
+    ``path_or_paths``: a dump file, a directory (searched down to the one run
+    it holds; a slime ``--dump-details`` directory pairs its rollout and train
+    dumps by step), a glob, or a list of those, all of one format.
+    ``options``: a :class:`~rollaudit.LoadOptions`; without it, the
     keywords below build one (they are its fields). ``on_file(path, n_bytes)``
     is called in this process as each file is done (read, or found in the cache).
 
@@ -187,22 +178,55 @@ def load(
         raise UsageError(f"options is a {type(options).__name__}", expected="a rollaudit.LoadOptions")
     if options.format is not None and options.format not in FORMATS:
         raise InputError(
-            f"unknown format {options.format!r}", expected=f"one of the formats rollaudit reads: {formats_read()}"
+            f"unknown format {options.format!r}{did_you_mean(options.format, FORMATS)}",
+            expected=f"one of the formats rollaudit reads: {', '.join(FORMATS)}",
         )
     files = expand_paths(path_or_paths)
     grouped: dict[str, tuple[list[Path], list[pa.Table]]] = {}
-    for read in run_items(files, options, on_file, detect_format):
+    for read in run_items(files, options, on_file, _detect_one_format()):
         paths, parts = grouped.setdefault(read.format, ([], []))
         paths.append(read.path)
         parts.append(read.table)
+    if len(grouped) > 1:  # files found in the cache were not detected: their formats are known only now
+        raise _several_formats({name: paths for name, (paths, _) in grouped.items()})
     tables: list[pa.Table] = []
     for name, (paths, parts) in grouped.items():
+        FORMATS[name].check_options(options)
         tables.extend(FORMATS[name].combine(paths, parts, options))
     found, notes = merge_found(tables)
+    facts = merge_facts(tables)
     table = _in_step_order(tables)
     # Which formats were read, and what they found, travel with the table: a caller need not open a file again.
     table = table.replace_schema_metadata({FORMATS_METADATA: "+".join(sorted(grouped))})
+    if facts:
+        table = with_facts(table, **facts)
     return with_found(table, found, notes) if found or notes else table
+
+
+def _detect_one_format() -> Callable[[Path], str]:
+    """``detect_format`` that refuses files of a second format as soon as one is detected, before any is read:
+    dumps of two frameworks make no one report."""
+    seen: dict[str, list[Path]] = {}
+
+    def detect(path: Path) -> str:
+        name = detect_format(path)
+        seen.setdefault(name, []).append(path)
+        if len(seen) > 1:
+            raise _several_formats(seen)
+        return name
+
+    return detect
+
+
+def _several_formats(paths_by_format: Mapping[str, list[Path]]) -> InputError:
+    named = []
+    for name, paths in paths_by_format.items():
+        more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+        named.append(f"{name} ({paths[0]}{more})")
+    return InputError(
+        f"dumps of {len(named)} formats given together, which make no one report: {', '.join(named)}",
+        expected="one framework's dumps at a time",
+    )
 
 
 def _in_step_order(tables: list[pa.Table]) -> pa.Table:
@@ -238,9 +262,3 @@ def _ordered(table: pa.Table) -> bool:
             return False
         previous = int(steps[-1]), int(positions[-1])
     return True
-
-
-def loaded_formats(table: pa.Table) -> list[str]:
-    """The formats ``load`` read to make ``table`` (empty for a table made another way)."""
-    text = (table.schema.metadata or {}).get(FORMATS_METADATA, b"").decode()
-    return text.split("+") if text else []

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError
-from .._table import PROMPT, make_table, with_found
+from .._table import PROMPT, make_table, with_facts, with_found, with_trained_default
 from . import columns, tables
 from .base import Format
 
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 
 KEYS = frozenset({"content", "rewards", "token_ids", "token_loss_mask", "advantages"})
 _FILE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")
+DEFAULT = (
+    "nemo-loo",
+    "NeMo-RL's default GRPO (use_leave_one_out_baseline=true, normalize_rewards=true), before PR #4158; the "
+    "recorded advantages say what the run did",
+)
+NO_TRAJECTORY = "every NeMo-RL row is a whole conversation: counting trajectories once is the per-prompt scheme here"
 _SEQUENCES = ("token_ids", "token_loss_mask", "advantages")
 _SCHEMA = pa.schema(
     [
@@ -182,9 +188,10 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """One file per step."""
-    return columns.one_file_per_step(
+    steps = columns.one_file_per_step(
         paths, reduced, "NeMo-RL logs", "one train_data_step{N}.jsonl per step (validation logs loaded apart)"
     )
+    return [with_facts(with_trained_default(table, *DEFAULT), no_trajectory=NO_TRAJECTORY) for table in steps]
 
 
 LOADER = Format(
@@ -194,4 +201,6 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    reads="NeMo-RL's own keys (prompt = the prompt token ids, reward = filtered_rewards or rewards, advantage = "
+    "advantages)",
 )

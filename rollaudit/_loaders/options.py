@@ -68,6 +68,16 @@ class LoadOptions:
         return {item.name: getattr(self, item.name) for item in dataclasses.fields(self) if not item.metadata}
 
 
+def set_reading_options(options: LoadOptions) -> list[str]:
+    """The reading options ``options`` sets to other than their defaults, in field order (``format`` and the run
+    options left out: every format accepts them)."""
+    return [
+        item.name
+        for item in dataclasses.fields(options)
+        if not item.metadata and item.name != "format" and getattr(options, item.name) != item.default
+    ]
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The checks, worded for the interface that gave the options.
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError
-from .._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found
+from .._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found, with_trained_default
 from . import tables
 from .base import Format
 
@@ -43,6 +43,11 @@ _EPISODE_FILE = re.compile(r"^episode_.*\.json$")
 _STEP_DIRECTORY = re.compile(r"^train_step_(\d+)_epoch_(\d+)$")
 _HEAD = re.compile(rb'^\s*\{\s*"training_step"\s*:')
 _LAST_REWARD = "last_step_reward"
+DEFAULT = (
+    "rllm-grpo",
+    "rllm's default (algorithm.adv_estimator=grpo: one member per trajectory, groups of fewer than "
+    "min_trajs_per_group=2 trajectories dropped); no recorded advantages to confirm it",
+)
 
 
 def detect(path: Path) -> bool:
@@ -228,9 +233,8 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             episode_id=raw.column("episode_id").combine_chunks(),
             legacy_reward=pc.fill_null(logged, 0.0),
         )
-        combined.append(
-            with_found(table, {"rllm (prompt = task_id:trajectory name, trajectory = uid)": _found(table, logged)})
-        )
+        table = with_found(table, {"rllm (prompt = task_id:trajectory name, trajectory = uid)": _found(table, logged)})
+        combined.append(with_trained_default(table, *DEFAULT))
     return combined
 
 
@@ -260,4 +264,5 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    reads="rllm's own keys (prompt = task_id:trajectory name, trajectory = uid, reward = the trajectory's reward)",
 )

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError
-from .._table import PROMPT, TRAJECTORY, make_table, with_found
+from .._table import PROMPT, TRAJECTORY, make_table, with_found, with_trained_default
 from . import columns, tables
 from .base import Format
 
@@ -37,6 +37,12 @@ _ENV_KEYS = ("tag", "group_id", "episode_id", "seed", "env_id")
 WEIGHTING = (
     "ROLL counts every environment step as a row of its statistics: a 5-step trajectory weighs 5 times in "
     "roll-grpo (the trajectory scheme counts it once)"
+)
+DEFAULT = (
+    "roll-grpo",
+    "ROLL agentic's GRPO as its example configs set it (adv_estimator=grpo, reward_normalization grouping="
+    "traj_group_id, mean and std per group; the default normalises nothing) over every environment-step row; no "
+    "recorded advantages to confirm it",
 )
 
 
@@ -132,7 +138,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """One file per step."""
-    return columns.one_file_per_step(paths, reduced, "ROLL dumps", "one rollout_dump_data.step_{N}.jsonl per step")
+    steps = columns.one_file_per_step(paths, reduced, "ROLL dumps", "one rollout_dump_data.step_{N}.jsonl per step")
+    return [with_trained_default(table, *DEFAULT) for table in steps]
 
 
 LOADER = Format(
@@ -142,4 +149,5 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    reads="ROLL's own keys (prompt = traj_group_id, trajectory = traj_id, reward = step_rewards)",
 )

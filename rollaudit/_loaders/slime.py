@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found
+from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found, with_trained_default
 from . import slime_fields as fields
 from .base import Format
 from .torch_zip import TorchArchive, is_torch_zip
@@ -60,6 +60,11 @@ TRAIN_DUMP_VERSION = 2
 # Recorded per-token advantages are float32 copies of a float64 scalar: they agree to about 1e-7.
 ADVANTAGE_TOLERANCE = 1e-5
 _EVAL_NAME = re.compile(r"(?:^|_)eval_\d+$")
+DEFAULT_WHY = (
+    "slime's rollout dumps record no advantages, and slime main normalises as slime-legacy(n=N) with N its "
+    "n_samples_per_prompt, which the dump does not hold (PRs #2204 and #2062 change it, not merged); a train dump "
+    "would say which"
+)
 
 
 def is_eval_dump(path: str | os.PathLike) -> bool:
@@ -535,7 +540,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         for rollout in rollouts
     ]
     label = "slime (prompt = group_index, trajectory = rollout_id, else index)"
-    return [with_found(table, {label: _found(table)}) for table in joined]
+    return [with_trained_default(with_found(table, {label: _found(table)}), None, DEFAULT_WHY) for table in joined]
 
 
 def _found(table: pa.Table) -> dict[str, int]:
@@ -571,4 +576,7 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=frozenset({"reward_key", "n_samples_per_prompt"}),
+    reads="slime's own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
+    "or reward[reward_key])",
 )

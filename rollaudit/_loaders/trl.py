@@ -15,7 +15,9 @@ must hold one prompt text. ``num_generations`` is inferred as the length of
 the first run of equal prompt texts when not given, and must divide the
 rows of each step; a slice whose text changes is an error naming its first
 bad row, or a warning when the user gave ``num_generations`` (their word
-wins). ``reward`` = TRL's reward: the nan-sum of the weighted reward-function
+wins). An inferred size of 1 (the first two prompts differ) is refused: TRL
+needs ``num_generations >= 2``, and rows of distinct texts are no group.
+``reward`` = TRL's reward: the nan-sum of the weighted reward-function
 columns, NaN where every function is NaN (an unscorable row, which TRL
 leaves out of its group's statistics and gives advantage 0).
 ``recorded_advantage`` = ``advantage``. Reward functions = the numeric
@@ -28,6 +30,7 @@ are not kept.
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Mapping
@@ -39,7 +42,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import POSITION, PROMPT, STEP, concat_tables, make_table
+from .._table import (
+    POSITION,
+    PROMPT,
+    STEP,
+    TRAJECTORY,
+    concat_tables,
+    make_table,
+    with_facts,
+    with_trained_default,
+)
 from . import capped, columns, tables
 from .base import Format
 
@@ -52,6 +64,9 @@ STEP_COLUMN = "step"
 ADVANTAGE_COLUMN = "advantage"
 NOT_REWARDS = ("step", "advantage", "prompt", "completion", "mode", "image", "images")
 _FILE_NAME = re.compile(r"^completions_(\d+)\.parquet$")
+NO_TRAJECTORY = "every TRL row is a whole completion: counting trajectories once is the per-prompt scheme here"
+# A read file's table says each step's num_generations (kept by the cache).
+_GROUP_SIZES = b"rollaudit.trl.num_generations"
 
 
 def detect(path: Path) -> bool:
@@ -157,6 +172,15 @@ def group_size(texts: pa.Array, given: int | None, step: int, path: Path, field:
     else:
         changes = np.flatnonzero(_differs(texts, pc.take(texts, pa.array(np.zeros(rows, dtype=np.int64)))))
         n, inferred = (int(changes[0]) if len(changes) else rows), True
+        if n == 1 and rows > 1:
+            raise InputError(
+                f"the first two rows of step {step} have different prompt texts: no group size can be read from "
+                "them (TRL needs num_generations >= 2 consecutive rows per prompt)",
+                file=str(path),
+                field=field,
+                row=1,
+                expected="num_generations (--num-generations) giving the group size",
+            )
     if rows % n:
         how = f"inferred num_generations={n} (the first run of equal prompts)" if inferred else f"num_generations={n}"
         raise InputError(
@@ -254,7 +278,8 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
             part_texts, options.num_generations or options.n_samples_per_prompt, step_value, path, prompt
         )
         _check_slices(part_texts, n, inferred, path, prompt)
-        keyed.append((step_value, part.set_column(part.column_names.index(PROMPT), PROMPT, pa.array(positions // n))))
+        part = part.set_column(part.column_names.index(PROMPT), PROMPT, pa.array(positions // n))
+        keyed.append((step_value, part.replace_schema_metadata({_GROUP_SIZES: json.dumps({step_value: n}).encode()})))
     return keyed
 
 
@@ -277,13 +302,41 @@ def _steps(table: pa.Table, field: str | None, path: Path) -> pa.Array:
 
 
 def read(path: Path, options: LoadOptions) -> pa.Table:
-    """One file to its canonical rows (all its steps in one table; ``combine`` splits them again)."""
-    return concat_tables([table for _, table in read_steps(path, options)])
+    """One file to its canonical rows (all its steps in one table; ``combine`` splits them again), each step's
+    num_generations in the metadata."""
+    steps = read_steps(path, options)
+    sizes = {key: n for _, table in steps for key, n in json.loads(table.schema.metadata[_GROUP_SIZES]).items()}
+    table = concat_tables([table.replace_schema_metadata() for _, table in steps])
+    return table.replace_schema_metadata({_GROUP_SIZES: json.dumps(sizes).encode()})
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
-    """The reduced tables of TRL completion logs, in file order: one canonical table per step."""
-    return columns.one_file_per_step(paths, reduced, "TRL completion logs", "one completions_*.parquet per step")
+    """The reduced tables of TRL completion logs, in file order: one canonical table per step, naming TRL's default
+    (``scale_rewards="group"``) with the step's num_generations."""
+    sizes = {
+        int(step): n
+        for table in reduced
+        for step, n in json.loads((table.schema.metadata or {}).get(_GROUP_SIZES, b"{}")).items()
+    }
+    steps = columns.one_file_per_step(
+        paths,
+        [table.replace_schema_metadata() for table in reduced],
+        "TRL completion logs",
+        "one completions_*.parquet per step",
+    )
+    return [_with_facts(table, sizes.get(table.column(STEP)[0].as_py())) for table in steps]
+
+
+def _with_facts(table: pa.Table, n: int | None) -> pa.Table:
+    scheme = f"trl-group(n={n})" if n is not None else "trl-group"
+    why = (
+        "TRL GRPOTrainer's default scale_rewards='group' over consecutive groups of num_generations"
+        + (f"={n}" if n is not None else "")
+        + "; the recorded advantage column says what the run trained on"
+    )
+    table = with_trained_default(table, scheme, why)
+    keyed = table.column(TRAJECTORY).null_count < table.num_rows  # a trajectory_col the user named
+    return table if keyed else with_facts(table, no_trajectory=NO_TRAJECTORY)
 
 
 LOADER = Format(
@@ -293,4 +346,19 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=frozenset(
+        {
+            "reward_col",
+            "reward_columns",
+            "reward_weights",
+            "num_generations",
+            "n_samples_per_prompt",
+            "prompt_col",
+            "step_col",
+            "advantage_col",
+            "trajectory_col",
+        }
+    ),
+    reads="TRL's completion columns (groups = consecutive num_generations rows, reward = the reward-function "
+    "columns, advantage = advantage)",
 )

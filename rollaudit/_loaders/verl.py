@@ -16,9 +16,15 @@ out of the table.
 
 v0 (``RayPPOTrainer``) has no uid: the prompt key is the ``input`` text (its
 rows share it exactly, and verl's groups are its rows' uuids, which the dump
-does not keep); then come the reward-extra-info keys with one value per
-sample (the numeric and boolean ones pass through; a key named like a
-canonical column gets a ``source_`` prefix). Lines come in the trainer's
+does not keep), but only where the text verifies as a key: verl repeats each
+prompt ``rollout.n`` times, so every distinct input of a step occurs a
+multiple of one n >= 2 times (k x n: one text drawn for k prompts, grouped as
+one, and a note says so). Multi-step forks (verl-agent and its descendants)
+write this layout with one row per environment step, the step's observation
+as ``input``: their inputs do not verify, and the file is refused naming
+``uid`` (and ``traj_uid``). Then come the reward-extra-info keys with one
+value per sample (the numeric and boolean ones pass through; a key named like
+a canonical column gets a ``source_`` prefix). Lines come in the trainer's
 balanced order, not grouped.
 
 ``step`` = the ``step`` field (else the ``{step}`` of the file name),
@@ -31,6 +37,7 @@ The column options (``reward_col``, ``prompt_col``, ``step_col``,
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -40,7 +47,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InputError, RollauditWarning
-from .._table import POSITION, PROMPT, STEP, TRAJECTORY, make_table, positions_in_row_order, with_found
+from .._table import (
+    POSITION,
+    PROMPT,
+    STEP,
+    TRAJECTORY,
+    make_table,
+    positions_in_row_order,
+    with_facts,
+    with_found,
+    with_trained_default,
+)
 from . import columns, tables
 from .base import Format
 
@@ -51,10 +68,26 @@ PROMPT_FIELD = "input"
 REWARD_FIELD = "score"
 STEP_FIELD = "step"
 UID_FIELD = "uid"
+TRAJECTORY_UID_FIELD = "traj_uid"  # verl-agent's per-trajectory key beside uid
 TEXT_FIELDS = ("input", "output", "gts")
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 # verl's upsample_batch_to_divisible_size: uid f"pad{uuid.uuid4().hex}_{i}_0".
 _PADDING_PROMPT = r"^pad[0-9a-f]{32}$"
+V0_DEFAULT = (
+    "verl-grpo",
+    "verl's legacy v0 trainer (trainer.use_v1=false, rollout_data_dir layout without uid) with "
+    "algorithm.adv_estimator=grpo; no recorded advantages to confirm it",
+)
+V1_DEFAULT = (
+    "verl-grpo-v1",
+    "verl's V1 trainer (trainer.use_v1=true, the default since PR #6823) with algorithm.adv_estimator=grpo, as "
+    "verl's GRPO recipes set it (the default estimator, gae, needs a critic): GRPO over each session's last output; "
+    "no recorded advantages to confirm it",
+)
+V0_NO_TRAJECTORY = (
+    "every verl v0 row is a whole sample (one output per prompt repeat, no uid or session): counting "
+    "trajectories once is the per-prompt scheme here"
+)
 
 
 def detect(path: Path) -> bool:
@@ -68,15 +101,15 @@ def _step_files(directory: Path) -> list[Path]:
 
 
 def expand_directory(directory: Path) -> list[Path] | None:
-    """A ``rollout_data_dir``'s ``{step}.jsonl`` files; for a run directory above it, those of its subdirectories
-    that hold them (a validation directory, ``*val*``, only when nothing else does: its steps would collide).
-    Names only: a cached load opens no dump."""
+    """A ``rollout_data_dir``'s ``{step}.jsonl`` files; for a run directory above one, its files (a validation
+    directory, ``*val*``, only when there is no other: its steps would collide). None above two or more: each is a
+    run of its own, and a search below finds them all. Names only: a cached load opens no dump."""
     files = _step_files(directory)
     if files:
         return files
     folders = [path for path in sorted(directory.iterdir()) if path.is_dir() and _step_files(path)]
-    training = [path for path in folders if "val" not in path.name.lower()]
-    return [file for folder in (training or folders) for file in _step_files(folder)] or None
+    training = [path for path in folders if "val" not in path.name.lower()] or folders
+    return _step_files(training[0]) if len(training) == 1 else None
 
 
 def _field_type(value: Any, role: str) -> pa.DataType | None:
@@ -114,6 +147,8 @@ class _Fields:
         self.step = options.step_col or STEP_FIELD
         self.trajectory = options.trajectory_col
         self.advantage = options.advantage_col
+        # The input text is a key only where its counts verify (see read); a prompt_col is the user's word.
+        self.verify_inputs = self.uid is None and options.prompt_col is None
         for role, name in (("reward", self.reward), ("prompt key", self.prompt)):
             if name not in first:
                 raise InputError(
@@ -122,7 +157,7 @@ class _Fields:
                     field=name,
                     expected=f"verl's rollout lines with the {role} field",
                 )
-        for name in (self.trajectory, self.advantage):
+        for name in (self.trajectory, self.advantage, options.step_col):
             if name is not None and name not in first:
                 raise InputError(
                     f"the first line has no {name!r} field; fields found: {columns.columns_found(names)}",
@@ -203,6 +238,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         extra.update(keys)
     else:
         prompt = columns.key_values(table.column(fields.prompt), path, fields.prompt)
+    inputs = _verified_inputs(prompt, steps, path) if fields.verify_inputs else {}
     if fields.trajectory is not None:
         extra["trajectory"] = columns.key_values(table.column(fields.trajectory), path, fields.trajectory)
     if fields.advantage is not None:
@@ -224,8 +260,29 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
             raise InputError("every line is a padding row", file=str(path), expected="verl rollout lines")
         positions = positions_in_row_order(canonical.column(STEP))
         canonical = canonical.set_column(canonical.column_names.index(POSITION), POSITION, positions)
-    layout = b"v1" if fields.uid is not None else b"v0"
-    return canonical.replace_schema_metadata({_LAYOUT: layout, _PADDED: str(padded).encode()})
+    metadata = {_LAYOUT: b"v1" if fields.uid is not None else b"v0", _PADDED: str(padded).encode()}
+    shared = {step: count for step, (_, count) in inputs.items() if count}
+    if shared:
+        metadata[_INPUTS] = json.dumps(shared).encode()
+    return canonical.replace_schema_metadata(metadata)
+
+
+def _verified_inputs(prompt: Any, steps: Any, path: Path) -> dict[str, list[int]]:
+    """A v0 file's input texts checked as prompt keys: per step, the common count n >= 2 (rollout.n, or a multiple
+    of it) of which every distinct input occurs a multiple, and how many inputs occur k x n times (k > 1: one text
+    drawn for k prompts); an InputError naming the missing uid when they do not verify."""
+    verified, failure = columns.repeated_keys(prompt, steps, "inputs")
+    if failure is not None:
+        raise InputError(
+            f"no {UID_FIELD!r} (or {TRAJECTORY_UID_FIELD!r}) field, and the input text does not verify as the "
+            f"prompt key: {failure} (verl repeats each prompt rollout.n >= 2 times; "
+            "multi-step forks write one row per environment step, its observation as input)",
+            file=str(path),
+            field=UID_FIELD,
+            expected=f"verl's {UID_FIELD} field (multi-step forks: {UID_FIELD} and {TRAJECTORY_UID_FIELD}), "
+            "or --prompt-col and --trajectory-col naming the group keys",
+        )
+    return verified
 
 
 def _v1_keys(uid: pa.ChunkedArray, path: Path) -> dict[str, pa.Array]:
@@ -284,8 +341,9 @@ def _steps(table: pa.Table, field: str, path: Path) -> pa.Array:
     )
 
 
-# A read file's table says which layout it was and how many padding rows it left out (kept by the cache).
-_LAYOUT, _PADDED = b"rollaudit.verl.layout", b"rollaudit.verl.padded"
+# A read file's table says which layout it was, how many padding rows it left out and, for v0, how many input texts
+# of each step were drawn for several prompts, where any were (kept by the cache).
+_LAYOUT, _PADDED, _INPUTS = b"rollaudit.verl.layout", b"rollaudit.verl.padded", b"rollaudit.verl.inputs"
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
@@ -293,10 +351,13 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     verl's words (V1: prompts, sessions, outputs, padding rows left out; v0: prompts by their text)."""
     padded: dict[int, int] = {}  # step -> padding rows left out of its file (a file's first step)
     v1: dict[int, bool] = {}
+    shared: dict[int, int] = {}  # step -> v0 input texts drawn for several prompts
     for table in reduced:
         metadata = table.schema.metadata or {}
         for step in pc.unique(table.column(STEP)).to_pylist():
             v1[step] = metadata.get(_LAYOUT) == b"v1"
+        if _INPUTS in metadata:
+            shared.update((int(step), count) for step, count in json.loads(metadata[_INPUTS]).items())
         first = table.column(STEP)[0].as_py()
         padded[first] = padded.get(first, 0) + int(metadata.get(_PADDED, b"0"))
     per_step = columns.one_file_per_step(
@@ -306,20 +367,39 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         "one file per step (rollout_data_dir and validation_data_dir loaded apart)",
     )
     steps = [table.column(STEP)[0].as_py() for table in per_step]
-    return [_with_found(table, padded.get(step, 0), v1[step]) for table, step in zip(per_step, steps, strict=True)]
+    notes = []
+    if sum(shared.values()):
+        notes.append(
+            f"verl v0: {sum(shared.values())} input texts occur a multiple of rollout.n times (one text drawn for "
+            "several prompts): each is grouped as one prompt, where verl grouped every draw apart by its uid, so "
+            "their advantages may differ from verl's"
+        )
+    return [
+        _with_found(table, padded.get(step, 0), v1[step], shared.get(step, 0), notes)
+        for table, step in zip(per_step, steps, strict=True)
+    ]
 
 
-def _with_found(table: pa.Table, padded: int, v1: bool) -> pa.Table:
+def _with_found(table: pa.Table, padded: int, v1: bool, shared: int, notes: list[str]) -> pa.Table:
     prompts = len(pc.unique(table.column(PROMPT)))
     if not v1:
-        return with_found(table, {"verl v0 (prompt = the input text)": {"prompts": prompts, "samples": table.num_rows}})
+        counts = {"prompts": prompts, "samples": table.num_rows, "input texts drawn for several prompts": shared}
+        table = with_found(table, {"verl v0 (prompt = the input text)": counts}, notes)
+        keyed = table.column(TRAJECTORY).null_count < table.num_rows  # a trajectory_col the user named
+        scheme, why = V0_DEFAULT
+        return with_facts(
+            table,
+            trained_default={"scheme": scheme, "why": why},
+            no_trajectory=None if keyed else V0_NO_TRAJECTORY,
+        )
     counts = {
         "prompts": prompts,
         "sessions": len(pc.unique(table.column(TRAJECTORY))),
         "outputs": table.num_rows,
         "padding rows left out": padded,
     }
-    return with_found(table, {"verl V1 (uid = prompt_session_output)": counts})
+    table = with_found(table, {"verl V1 (uid = prompt_session_output)": counts})
+    return with_trained_default(table, *V1_DEFAULT)
 
 
 LOADER = Format(
@@ -329,4 +409,6 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
+    options=frozenset({"reward_col", "prompt_col", "step_col", "trajectory_col", "advantage_col", "token_reduce"}),
+    reads="verl's own fields (prompt = uid, else the verified input text; reward = score; step = step)",
 )

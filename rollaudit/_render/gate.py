@@ -66,7 +66,10 @@ def terminal(result: GateResult) -> Table:
     table.add_column("result", justify="center")
     table.add_column("detail", overflow="fold")
     for rule in result.results:
-        verdict = Text("PASS", style="bold green") if rule.passed else Text("FAIL", style="bold red")
+        if not rule.evaluated:
+            verdict = Text("N/A", style="bold yellow")
+        else:
+            verdict = Text("PASS", style="bold green") if rule.passed else Text("FAIL", style="bold red")
         # Text(), not markup: a message may hold '[...]' from a dump, which rich would read as markup.
         table.add_row(Text(rule.name), Text(measured_text(rule)), Text(rule.limit_text), verdict, Text(rule.message))
     return table
@@ -106,7 +109,7 @@ def junit_xml(result: GateResult) -> str:
         tests=str(len(result.results)),
         failures=str(failures),
         errors="0",
-        skipped="0",
+        skipped=str(len(result.not_evaluated)),
     )
     properties = ElementTree.SubElement(suite, "properties")
     ElementTree.SubElement(properties, "property", name="reference", value=_xml_text(result.reference))
@@ -115,7 +118,9 @@ def junit_xml(result: GateResult) -> str:
         case = ElementTree.SubElement(
             suite, "testcase", classname=f"rollaudit.gate.{rule.kind or 'rule'}", name=_xml_text(rule.name)
         )
-        if rule.passed:
+        if not rule.evaluated:
+            ElementTree.SubElement(case, "skipped", message=_xml_text(rule.message))
+        elif rule.passed:
             ElementTree.SubElement(case, "system-out").text = _xml_text(rule.message)
         else:
             failure = ElementTree.SubElement(case, "failure", message=_xml_text(_failure_line(rule)), type="GateFailed")
@@ -162,12 +167,15 @@ def step_summary_markdown(result: GateResult) -> str:
         "| --- | ---: | ---: | :---: |",
     ]
     for rule in result.results:
-        verdict = "✅ pass" if rule.passed else "❌ **FAIL**"
+        verdict = "➖ not evaluated" if not rule.evaluated else "✅ pass" if rule.passed else "❌ **FAIL**"
         cells = (markdown_cell(text) for text in (rule.name, measured_text(rule), rule.limit_text))
         lines.append("| " + " | ".join(cells) + f" | {verdict} |")
     if result.failures:
         lines += ["", "### Failures", ""]
         lines += [f"- **{markdown_cell(rule.name)}**: {markdown_cell(rule.message)}" for rule in result.failures]
+    if result.not_evaluated:
+        lines += ["", "### Not evaluated", ""]
+        lines += [f"- **{markdown_cell(rule.name)}**: {markdown_cell(rule.message)}" for rule in result.not_evaluated]
     return "\n".join(lines) + "\n"
 
 

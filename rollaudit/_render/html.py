@@ -20,6 +20,7 @@ from .._version import __version__
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
+    advice_lines,
     count,
     counts_line,
     found_lines,
@@ -30,7 +31,9 @@ from .text import (
     prompt_sections,
     recorded_fit_rows,
     recorded_sentence,
+    rounding_line,
     source_line,
+    trained_why,
     trend_lines,
     trend_section,
     undefined,
@@ -143,7 +146,17 @@ def _verdict(report: Report) -> str:
     title = verdict_title(report, code=lambda value: f"\x00{value}\x01")
     # The title's scheme strings become code spans once the sentence is escaped.
     title_html = text(title).replace("\\x00", "<code>").replace("\\x01", "</code>")
-    return f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p><ul>{items}</ul></section>"
+    rounding = rounding_line(report)
+    advice = "".join(f"<li>{text(line)}</li>" for line in advice_lines(report))
+    unaudited = "".join(f"<li>{_code(scheme)}: {text(reason)}</li>" for scheme, reason in report.not_auditable.items())
+    return (
+        f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p>"
+        f"<p class='muted'>{text(trained_why(report))}</p><ul>{items}</ul>"
+        + (f"<p>{text(rounding)}</p>" if rounding else "")
+        + (f"<p><b>What to change</b></p><ul class='advice'>{advice}</ul>" if advice else "")
+        + (f"<p><b>Not auditable on this dump</b></p><ul class='notes'>{unaudited}</ul>" if unaudited else "")
+        + "</section>"
+    )
 
 
 def _metrics(report: Report) -> str:

@@ -16,6 +16,7 @@ from .._errors import visible
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
+    advice_lines,
     count,
     counts_line,
     files_label,
@@ -28,6 +29,8 @@ from .text import (
     prompt_sections,
     recorded_fit_rows,
     recorded_sentence,
+    rounding_line,
+    trained_why,
     trend_lines,
     trend_section,
     undefined,
@@ -77,11 +80,22 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     lines.append(counts_line(report, load) + ("  " if found_lines(report) else ""))
     lines += [markdown_text(line) + "  " for line in found_lines(report)]
     lines[-1] = lines[-1].rstrip()
-    lines += ["", f"**{verdict_title(report, code=code)}**", ""]
+    lines += ["", f"**{verdict_title(report, code=code)}**", "", markdown_text(trained_why(report)), ""]
     for line in verdicts(report):
         scheme, _, rest = line.partition(": ")
-        lines.append(f"- {code(scheme)}: {markdown_text(rest)}")
+        name = scheme.removesuffix(" (trained)")
+        lines.append(f"- {code(name)}{scheme[len(name) :]}: {markdown_text(rest)}")
     lines.append("")
+    rounding = rounding_line(report)
+    if rounding is not None:
+        lines += [markdown_text(rounding), ""]
+    advice = advice_lines(report)
+    if advice:
+        lines += ["**What to change**", "", *(f"- {markdown_text(line)}" for line in advice), ""]
+    unaudited = report.not_auditable
+    if unaudited:
+        lines += ["**Not auditable on this dump**", ""]
+        lines += [f"- {code(scheme)}: {markdown_text(reason)}" for scheme, reason in unaudited.items()] + [""]
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows = []
     for scheme, row in report.summary.iterrows():

@@ -53,8 +53,9 @@ FILES = {
 
 
 def group_sizes_figure(report: Report) -> Figure:
-    """The three group-size histograms as bar charts."""
-    names = list(HISTOGRAM_TITLES)
+    """The group-size histograms as bar charts: the three, or samples per prompt alone where the dump has no
+    trajectory key (a count of trajectories there would be a count of samples)."""
+    names = [name for name in HISTOGRAM_TITLES if name in report.histograms] or ["samples_per_prompt"]
     figure = Figure(figsize=(4 * len(names), 3.6), dpi=DPI, layout="constrained")
     axes = figure.subplots(1, len(names), squeeze=False)[0]
     for axis, name in zip(axes, names, strict=True):

@@ -23,6 +23,7 @@ from .text import (
     HISTOGRAM_TITLES,
     KEY_WIDTH,
     METRIC_COLUMNS,
+    advice_lines,
     count,
     counts_line,
     files_label,
@@ -30,6 +31,7 @@ from .text import (
     has_undefined,
     histogram_lines,
     load_line,
+    not_auditable_lines,
     notes,
     number,
     one_line_header,
@@ -37,8 +39,10 @@ from .text import (
     prompt_sections,
     recorded_fit_rows,
     recorded_sentence,
+    rounding_line,
     source_line,
     steps_label,
+    trained_why,
     trend_lines,
     trend_section,
     undefined,
@@ -217,18 +221,32 @@ def _recorded_renderables(report: Report) -> list[RenderableType]:
 
 
 def _verdict(report: Report) -> RenderableType:
-    """The verdict: what the run used (when recorded advantages say so), then one line per scheme."""
+    """The verdict: what the run trained with, its scheme against the reference, then the other schemes; what
+    to change, and what this dump cannot audit."""
     title = Text(verdict_title(report), style="bold")
-    matched = (report.recorded or {}).get("best_match")
-    if matched is not None:
-        title.highlight_words([str(matched)], style="bold green")
+    scheme = report.trained_with.scheme
+    if scheme is not None:
+        title.highlight_words([scheme], style="bold green" if report.trained_with.evidence == "recorded" else "bold")
     lines = Table.grid(padding=(0, 1))
     lines.add_column(no_wrap=True, style="bold")
     lines.add_column()
     for line in verdicts(report):
-        scheme, _, rest = line.partition(": ")
-        lines.add_row(f"{scheme}:", rest)
-    return Group(title, lines)
+        name, _, rest = line.partition(": ")
+        lines.add_row(f"{name}:", rest)
+    parts: list[RenderableType] = [title, Text(trained_why(report), style="dim"), lines]
+    rounding = rounding_line(report)
+    if rounding is not None:
+        parts.append(Text(rounding, style="yellow"))
+    advice = advice_lines(report)
+    if advice:
+        parts += [Text("What to change:", style="bold"), *(Text(f"- {line}") for line in advice)]
+    unaudited = not_auditable_lines(report)
+    if unaudited:
+        parts += [
+            Text("Not auditable on this dump:", style="bold"),
+            *(Text(f"- {line}", style="yellow") for line in unaudited),
+        ]
+    return Group(*parts)
 
 
 def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> RenderableType:
@@ -296,9 +314,9 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
         + f" · {count(samples)} samples"
         + (f" ({_per_step(description)})" if len(description["steps"]["values"]) > 1 else ""),
     )
-    overview.add_row(
-        "groups", f"{count(description['prompts'])} prompts · {count(description['trajectories'])} trajectories"
-    )
+    trajectories = description["trajectories"]
+    counted = "" if trajectories is None else f" · {count(trajectories)} trajectories"
+    overview.add_row("groups", f"{count(description['prompts'])} prompts{counted}")
     overview.add_row(
         "identity",
         f"prompt key on {_share(identity['with_prompt_key'], samples)} · "

@@ -177,11 +177,12 @@ def counts_line(report: Report, load: Mapping[str, Any] | None = None) -> str:
     """``step 3 · 88 samples · 8 prompts · 32 trajectories · audited on cpu in 0.04 s · 1.52 s in all``
     (the whole command's time when ``load`` has it)."""
     info = report.info
+    trajectories = info.get("trajectories")
     parts = [
         steps_label(info.get("step_values", [])),
         plural(int(info.get("samples", 0)), "sample"),
         plural(int(info.get("prompts", 0)), "prompt"),
-        plural(int(info.get("trajectories", 0)), "trajectory", "trajectories"),
+        *([] if trajectories is None else [plural(int(trajectories), "trajectory", "trajectories")]),
         f"audited on {info.get('device', '?')} in {info.get('seconds', 0):.2f} s",
     ]
     if load is not None and load.get("command_seconds") is not None:
@@ -278,37 +279,87 @@ def scheme_verdict(row: Mapping[str, Any], reference: str) -> str:
     return ", ".join(parts)
 
 
+_EVIDENCE = {
+    "recorded": "its recorded advantages",
+    "given": "as given",
+    "framework default": "assumed: the framework's default",
+}
+
+
+def trained_text(report: Report, code: Callable[[str], str] = _plain) -> str:
+    """``trained with verl-grpo-v1 (assumed: the framework's default)``: the run's own scheme and the evidence
+    for it, short; :func:`trained_why` says the rest."""
+    trained = report.trained_with
+    if trained.scheme is None and trained.evidence == "recorded":
+        return "trained with its own recorded advantages, which match no preset"
+    if trained.scheme is None:
+        return "trained with an unknown scheme"
+    text = f"trained with {code(trained.scheme)} ({_EVIDENCE[trained.evidence]})"
+    if trained.row is None:
+        text += ", which this dump cannot audit"
+    return text
+
+
+def trained_why(report: Report) -> str:
+    """Where the answer of :func:`trained_text` comes from, and what would confirm it: one sentence."""
+    why = visible(report.trained_with.why)
+    return why + ("" if why.endswith(".") else ".")
+
+
 def verdict_title(report: Report, code: Callable[[str], str] = _plain) -> str:
-    """The report's first sentence: which scheme the run used, when recorded advantages say so."""
-    recorded = report.recorded
-    reference = code(report.reference)
-    if recorded is None:
-        return f"Verdict, against {reference}:"
-    best_match = recorded.get("best_match")
-    fits = recorded.get("fits", [])
-    rows, samples = int(recorded.get("rows", 0)), int(report.info.get("samples", 0))
-    where = f" on the {count(rows)} samples with recorded advantages" if rows < samples else ""
-    if best_match is not None:
-        error = fit_error(fits[0]["max_error"])
-        used = f"the run used {code(best_match)}{where} (its recorded advantages match, max err {error})"
-    elif fits:
-        closest = fits[0]
-        used = (
-            f"the run's recorded advantages match no preset (closest: {code(closest['scheme'])}, "
-            f"{percent(closest['share_within_tolerance'])} of samples within tolerance)"
-        )
-    else:
-        used = "no preset can run on this table to compare the recorded advantages with"
-    return f"Verdict: {used}. Against {reference}:"
+    """The report's first sentence: which scheme the run trained with, and on what evidence."""
+    return f"Verdict: {trained_text(report, code)}. Against {code(report.reference)}:"
+
+
+def trained_label(report: Report, scheme: str) -> str:
+    """A verdict line's label: the run's own row is marked ``(trained)``."""
+    return f"{scheme} (trained)" if scheme == report.trained_row else scheme
 
 
 def verdicts(report: Report) -> list[str]:
-    """``scheme: what it does`` for every scheme other than the reference (the recorded advantages last)."""
-    return [
-        f"{scheme}: {scheme_verdict(row, report.reference)}"
-        for scheme, row in report.summary.iterrows()
-        if scheme != report.reference
-    ]
+    """``scheme: what it does`` against the reference: the run's own row first, then every other scheme."""
+    trained = report.trained_row
+    rows = [scheme for scheme in report.summary.index if scheme != report.reference and scheme != trained]
+    lines = []
+    if trained is not None:
+        if trained == report.reference:
+            lines.append(f"{trained_label(report, trained)}: the reference itself: the run trained as it would")
+        else:
+            verdict = scheme_verdict(report.summary.loc[trained], report.reference)
+            lines.append(f"{trained_label(report, trained)}: {verdict}")
+    lines += [f"{scheme}: {scheme_verdict(report.summary.loc[scheme], report.reference)}" for scheme in rows]
+    return lines
+
+
+def rounding_line(report: Report) -> str | None:
+    """``8 samples in constant-reward groups got |A| up to 3.2e-4 from float32 rounding (the defect ... fixes)``:
+    advantages the run's own arithmetic made where exact arithmetic gives none."""
+    residues = report.info.get("rounding_residues")
+    if not residues:
+        return None
+    samples, constant = int(residues["samples"]), int(residues["in_constant_groups"])
+    where = (
+        " in constant-reward groups"
+        if constant == samples
+        else f" ({count(constant)} in constant-reward groups)"
+        if constant
+        else ""
+    )
+    fix = f" ({residues['fix']})" if residues.get("fix") else ""
+    return (
+        f"{plural(samples, 'sample')}{where} got |A| up to {small_number(residues['largest'])} from "
+        f"{residues['dtype']} rounding in {residues['scheme']}, where exact arithmetic gives 0{fix}"
+    )
+
+
+def advice_lines(report: Report) -> list[str]:
+    """What to change for the reference's behaviour (each with its source), under the verdict."""
+    return [visible(line) for line in report.advice]
+
+
+def not_auditable_lines(report: Report) -> list[str]:
+    """``scheme: why this dump cannot support it``, once each."""
+    return [visible(f"{scheme}: {reason}") for scheme, reason in report.not_auditable.items()]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -457,7 +508,9 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
     multi_step = len(report.info.get("step_values", [])) > 1
     reference = report.reference
     # Two-line headers (scheme, then what): the Markdown renderer joins them with a space.
-    header = [*(["step"] if multi_step else []), "prompt", "samples", "traj.", "mean\nreward", f"{reference}\nĀ"]
+    counted = "trajectories" in prompts.columns  # not where the dump has no trajectory key
+    header = [*(["step"] if multi_step else []), "prompt", "samples", *(["traj."] if counted else [])]
+    header += ["mean\nreward", f"{reference}\nĀ"]
     others = _others(report)
     for scheme in others:
         header.append(f"{scheme}\n{kind}")
@@ -468,7 +521,7 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
         row += [
             key_text(prompt["prompt"]),
             count(prompt["samples"]),
-            count(prompt["trajectories"]),
+            *([count(prompt["trajectories"])] if counted else []),
             number(prompt["mean_reward"]),
             signed(prompt[f"mean_advantage:{reference}"]),
         ]

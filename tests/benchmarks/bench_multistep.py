@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMES = ["batch", "prompt", "trajectory"]
+# Random rewards differ inside a trajectory: the trajectory scheme names its representative (the same work).
+SCHEMES = ["batch", "prompt", "trajectory(representative=first)"]
 
 
 def step_table(samples: int, steps: int, seed: int = 0) -> pa.Table:

@@ -22,7 +22,16 @@ import numpy as np
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMES = ("batch", "prompt", "trajectory", "slime-2204", "verl-rloo", "nemo-loo")
+# Random rewards differ inside a trajectory, so the trajectory scheme names its representative; nemo-loo in float64
+# (its float32 default follows MKL's CPU summation order, which a GPU does not share).
+SCHEMES = (
+    "batch",
+    "prompt",
+    "trajectory(representative=first)",
+    "slime-2204",
+    "verl-rloo",
+    "nemo-loo(dtype=float64)",
+)
 TOLERANCE = 1e-9
 
 

@@ -1,0 +1,128 @@
+"""Group statistics from moments in a reduced dtype, summed in the order the framework's matrix product sums them.
+
+NeMo-RL forms each member's baseline and std from float32 moments: a 0/1 mask matrix times the rewards and times
+their squares (``torch.matmul``), then ``sqrt((mean of r^2 - mean^2) * n/(n-1))``. Mean of squares minus squared
+mean cancels: for a group of equal rewards that float32 cannot hold exactly (0.3, 0.7) the difference can be a
+few units in the last place instead of 0, a std of ~1e-4 that turns a zero advantage into ~3e-4. Whether it does
+depends on the order of the float32 sums, so the sums here follow that order:
+
+the float32 matrix-vector product of PyTorch's CPU build (MKL ``sgemv`` on x86) sums a row of ``N`` terms as a
+sequential head of ``(N - 1) % 4 + 1`` terms that continues as lane 0, then four lanes taking every fourth term
+(lane ``k`` the terms ``h + k, h + k + 4, ...``), combined as ``(lane0 + lane2) + (lane1 + lane3)``. That is
+exact (bit for bit) where ``N`` is a multiple of 4, the usual number of generations per prompt, and on the
+rows of the leading blocks of 4 otherwise; MKL sums the last ``N % 4`` rows of the matrix with other kernels,
+and a GPU run sums in cuBLAS's order, where the values here are within a few units in the last place.
+
+The masked-out term of a leave-one-out row is a 0 in the same place (adding 0 is exact), so a member's own
+lane is summed again without it; the other lanes are the group's. Everything else is the framework's own
+elementwise arithmetic on tensors of its dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .encode import F64
+from .groups import Segments
+from .schemes import Scheme
+
+LANES = 4
+
+
+def _member_positions(codes: torch.Tensor, order: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(place of each member in its group in batch ``order``, members per group): the column of the mask matrix
+    each member's reward sits in."""
+    by_order = torch.argsort(order)
+    by_group = by_order[torch.sort(codes[by_order], stable=True).indices]
+    sizes = torch.bincount(codes, minlength=count)
+    starts = torch.cumsum(sizes, 0) - sizes
+    place = torch.empty_like(codes)
+    place[by_group] = torch.arange(codes.numel(), device=codes.device) - starts[codes[by_group]]
+    return place, sizes
+
+
+def _lane_sums(
+    terms: torch.Tensor, group: torch.Tensor, place: torch.Tensor, sizes: torch.Tensor, leave_one_out: bool
+) -> torch.Tensor:
+    """Each member's sum of its group's ``terms`` (one column per quantity), every term but its own under
+    ``leave_one_out``, added in the lane order of the module's docstring in ``terms``' dtype."""
+    members, columns = terms.shape
+    size = sizes[group]
+    head = (size - 1).remainder(LANES) + 1
+    beyond = place - head
+    in_head = beyond < 0
+    lane = torch.where(in_head, 0, beyond.remainder(LANES))
+    slot = torch.where(in_head, place, beyond.div(LANES, rounding_mode="floor") + torch.where(lane == 0, head, 0))
+    lane_code = group * LANES + lane
+    lane_count = sizes.numel() * LANES
+    lane_length = torch.zeros(lane_count, dtype=torch.int64, device=terms.device)
+    lane_length.scatter_reduce_(0, lane_code, slot + 1, "amax")
+    lane_total = torch.zeros(lane_count, columns, dtype=terms.dtype, device=terms.device)
+    without_own = torch.zeros_like(terms) if leave_one_out else None
+    # Lanes of similar length side by side as dense rows (lengths up to a power of two; the padding adds
+    # exact zeros at the end), so that a lane of length m costs m steps and each step is a slice.
+    bucket = torch.ceil(torch.log2(lane_length.clamp(min=1).to(torch.float64))).to(torch.int64)
+    member_bucket = bucket[lane_code]
+    for level in torch.unique(bucket[lane_length > 0]).tolist():
+        lanes = torch.nonzero((bucket == level) & (lane_length > 0)).squeeze(1)
+        row_of_lane = torch.full((lane_count,), -1, dtype=torch.int64, device=terms.device)
+        row_of_lane[lanes] = torch.arange(lanes.numel(), device=terms.device)
+        held = torch.nonzero(member_bucket == level).squeeze(1)
+        rows, slots = row_of_lane[lane_code[held]], slot[held]
+        width = 1 << level
+        dense = torch.zeros(lanes.numel(), width, columns, dtype=terms.dtype, device=terms.device)
+        dense[rows, slots] = terms[held]
+        total = torch.zeros(lanes.numel(), columns, dtype=terms.dtype, device=terms.device)
+        before = torch.zeros_like(dense) if leave_one_out else None
+        for at in range(width):
+            if before is not None:
+                # Every member before this slot adds the slot's term; the member at it starts from the lane so far.
+                before[:, :at] += dense[:, at : at + 1]
+                before[:, at] = total
+            total = total + dense[:, at]
+        lane_total[lanes] = total
+        if without_own is not None:
+            without_own[held] = before[rows, slots]
+    lanes_of_member = lane_total.view(-1, LANES, columns)[group]
+    if without_own is not None:
+        lanes_of_member[torch.arange(members, device=terms.device), lane] = without_own
+    return (lanes_of_member[:, 0] + lanes_of_member[:, 2]) + (lanes_of_member[:, 1] + lanes_of_member[:, 3])
+
+
+def moment_advantages(
+    scheme: Scheme,
+    groups: Segments,
+    value: torch.Tensor,
+    count: torch.Tensor,
+    order: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Each member's advantage with its baseline and std from moments in ``dtype`` (float64 values out).
+
+    ``value``: the members' rewards (0 for a member left out, which ``count``, the members per group that
+    count, does not include); ``order``: the members' batch order, which places them in their group's sums.
+    A group of at most one counted member gives 0 (NeMo-RL sets the baseline to the reward); the caller patches
+    ``singleton`` where it says otherwise.
+    """
+    members = value.numel()
+    codes = groups.codes if not groups.single else torch.zeros(members, dtype=torch.int64, device=value.device)
+    place, sizes = _member_positions(codes, order, groups.count)
+    reward = value.to(dtype)
+    terms = torch.stack([reward, reward.pow(2)], dim=1)
+    leave_one_out = scheme.baseline == "leave-one-out"
+    sums = _lane_sums(terms, codes, place, sizes, leave_one_out)
+    counted = count.to(dtype)[codes] - int(leave_one_out)
+    baseline = sums[:, 0] / counted
+    variance = sums[:, 1] / counted - baseline.square()
+    if scheme.std == "unbiased":
+        variance = variance * (counted / (counted - 1))
+    std = variance.sqrt().nan_to_num(0)  # a negative radicand or 0 * inf (one other member): no spread
+    centred = reward - baseline
+    if scheme.std_guard == "positive":
+        advantage = torch.where(std > 0, centred / (std + scheme.eps), centred)
+    elif scheme.std_guard == "cutoff":
+        advantage = torch.where(std > scheme.eps, centred / (std + scheme.eps), torch.zeros_like(centred))
+    else:
+        advantage = centred / (std + scheme.eps)
+    lone = count[codes] <= 1
+    return torch.where(lone, 0.0, advantage.to(F64))
