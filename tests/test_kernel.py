@@ -37,7 +37,7 @@ SCHEMES = [
     "agl-dedup",
     "positional(n=2, singleton=raw)",
     "custom(baseline=leave-one-out, scale=std, eps=0.001)",
-    # Issue 13: the last representative, rounded arithmetic, siblings that must agree, the new presets.
+    # The last representative, rounded arithmetic, siblings that must agree, the later presets.
     "trajectory(representative=last)",
     "trajectory(representative=last, singleton=raw, scale=none)",
     "prompt(dtype=bfloat16)",
@@ -52,7 +52,7 @@ SCHEMES = [
     "verl-rpp-baseline",
     "agl-rollout",
     "agl-rollout(scale=none)",
-    # Issue 14: AReaL, rllm, NeMo-RL and ROLL.
+    # AReaL, rllm, NeMo-RL and ROLL.
     "nemo-grpo(dtype=float64)",
     "areal-group",
     "areal-group(std=population)",

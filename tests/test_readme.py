@@ -17,7 +17,7 @@ def test_every_console_example_in_the_readme_prints_what_it_shows():
     if shutil.which("jq") is None:
         pytest.skip("no jq for the README's JSON examples (.ci/run installs it)")
     lines = readme_examples.README.read_text(encoding="utf-8").splitlines()
-    assert len(readme_examples.blocks(lines)) >= 15
+    assert len(readme_examples.blocks(lines)) >= 5
     _, drifts = readme_examples.check(lines)
     assert not drifts, (
         "README examples drifted from what their commands print (run `python tests/readme_examples.py --update` "

@@ -98,12 +98,24 @@ def test_nemo_presets_compute_in_float32_from_moments():
         rollaudit.get_scheme("prompt(std_from=squares)")
 
 
-def test_rounding_fix_is_data_keyed_by_the_preset():
-    from rollaudit._audit.schemes import ROUNDING_FIXES, rounding_fix
+def test_rounding_fix_is_data_carried_by_the_preset():
+    from rollaudit._audit.schemes import rounding_fix
 
     assert rounding_fix(rollaudit.get_scheme("nemo-loo(n=8)")) == "the defect NeMo-RL PR #4158 fixes"
     assert rounding_fix(rollaudit.get_scheme("prompt(dtype=float32)")) is None
-    assert set(ROUNDING_FIXES) <= set(rollaudit.PRESETS)
+    assert {name for name, preset in rollaudit.PRESETS.items() if preset.notes.rounding_fix} == {
+        "nemo-loo",
+        "nemo-grpo",
+    }
+
+
+def test_every_preset_carries_its_notes_through_parameters():
+    for name, preset in rollaudit.PRESETS.items():
+        assert preset.notes is not None and preset.notes.description and preset.notes.source, name
+        assert (preset.notes.undefined is not None) == (preset.singleton == "nan"), name
+    parsed = rollaudit.get_scheme("rllm-grpo(eps=1e-4)")
+    assert parsed.notes is rollaudit.PRESETS["rllm-grpo"].notes
+    assert parsed == rollaudit.PRESETS["rllm-grpo"].with_options(eps=1e-4)  # notes take no part in equality
 
 
 def test_trl_group_leaves_nan_rewards_out_and_gives_them_zero():
@@ -179,11 +191,15 @@ def test_positional_slices_must_fit():
         advantages([1, 2, 3], [0, 0, 0], "positional(n=2)")
 
 
-def test_readme_lists_every_preset():
-    # The README's scheme table is the user's index of presets: it must name each one (docs kept true by a test).
-    import re
-    from pathlib import Path
+def test_schemes_command_lists_every_preset():
+    # `rollaudit schemes` is the user's index of presets, printed from PRESETS itself.
+    import json
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    listed = set(re.findall(r"^\| `([a-z0-9-]+)(?:\([^`]*\))?` \|", readme, flags=re.MULTILINE))
-    assert set(rollaudit.PRESETS) - {"custom"} <= listed
+    from typer.testing import CliRunner
+
+    from rollaudit._cli import app
+
+    result = CliRunner().invoke(app, ["schemes", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    listed = [entry["name"] for entry in json.loads(result.stdout)]
+    assert listed == list(rollaudit.PRESETS)

@@ -42,11 +42,6 @@ from .schemes import Scheme
 from .threads import SideBySide
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# Why a preset leaves its one-member groups undefined (singleton="nan"), by the preset's name.
-_UNDEFINED_WHY = {
-    "rllm": "rllm drops such groups from training (min_trajs_per_group = 2)",
-    "slime-legacy": "slime's legacy normalization gives them NaN",
-}
 # verl's masked_whiten: the small constants of its masked mean and its variance.
 _WHITEN_EPS = 1e-8
 
@@ -355,7 +350,8 @@ def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
         if bool(lone.any()):
             rows = int(lone.index_select(0, groups).sum())
             kind = "trajectory" if units is not None else "member"
-            why = next((text for prefix, text in _UNDEFINED_WHY.items() if label.startswith(prefix)), "singleton=nan")
+            # The preset says why it leaves them undefined (rllm drops them, slime's legacy path gives NaN).
+            why = (scheme.notes.undefined if scheme.notes is not None else None) or "singleton=nan"
             notes.append(
                 f"{label}: {int(lone.sum())} group{'s' if int(lone.sum()) != 1 else ''} of one {kind} ({rows} "
                 f"sample{'s' if rows != 1 else ''}) left undefined: {why}"

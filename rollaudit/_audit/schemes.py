@@ -11,30 +11,33 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from .._errors import SchemeError, did_you_mean
 
 Groups = Literal["batch", "prompt", "positional", "legacy"]
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "groups": ("batch", "prompt", "positional", "legacy"),
-    "members": ("samples", "trajectories"),
-    "representative": ("first", "last", "max", "mean", None),
-    "baseline": ("mean", "leave-one-out"),
-    "scale": ("std", "none"),
-    "std": ("unbiased", "population"),
-    "std_over": ("group", "batch"),
-    "std_guard": ("eps", "positive", "cutoff"),
-    "std_from": ("deviations", "moments"),
-    "singleton": ("zero", "raw", "nan"),
-    "nonfinite": ("nan", "zero"),
-    "dtype": ("float64", "float32", "bfloat16"),
-    "siblings": ("any", "equal"),
-    "missing_keys": ("slices", "legacy"),
-    "remainder": ("error", "unnormalized"),
-    "whiten": ("none", "tokens"),
-}
+
+@dataclass(frozen=True)
+class PresetNotes:
+    """What a preset is, for a reader: the reference ``rollaudit schemes`` prints, and the words the audit's notes
+    use for it.
+
+    description
+        the definition in plain words (``shared/spec/schemes.md``).
+    source
+        where the arithmetic was read: framework, file or function, PR.
+    undefined
+        why the preset leaves one-member groups undefined (``singleton="nan"``), or None.
+    rounding_fix
+        the upstream change that removes the residues its rounded arithmetic leaves where exact arithmetic gives no
+        advantage, as a phrase (``the defect NeMo-RL PR #4158 fixes``), or None.
+    """
+
+    description: str
+    source: str
+    undefined: str | None = None
+    rounding_fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ class Scheme:
     n: int | None = None
     batch_size: int | None = None
     name: str = field(default="", compare=False)
+    notes: PresetNotes | None = field(default=None, compare=False)
+    """The preset's reference text (carried by every scheme parsed from that preset's name); None when custom."""
 
     def __post_init__(self) -> None:
         label = self.name or "custom scheme"
@@ -166,98 +171,379 @@ class Scheme:
         changed = [
             f"{f.name}={getattr(self, f.name)}"
             for f in dataclasses.fields(self)
-            if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)
+            if f.name not in _NOT_PARAMETERS and getattr(self, f.name) != getattr(defaults, f.name)
         ]
         return f"custom({', '.join(changed)})" if changed else "prompt"
 
 
-PRESETS: dict[str, Scheme] = {
-    # The three schemes of the mission.
-    "batch": Scheme(groups="batch", name="batch"),
-    "prompt": Scheme(groups="prompt", name="prompt"),
-    "trajectory": Scheme(groups="prompt", members="trajectories", representative=None, name="trajectory"),
-    "positional": Scheme(groups="positional", name="positional"),
-    # Framework presets: exact reproductions of what a run did (shared/spec/schemes.md).
-    "slime-legacy": Scheme(groups="legacy", singleton="nan", name="slime-legacy"),
-    "slime-2204": Scheme(groups="prompt", singleton="zero", name="slime-2204"),
-    "slime-2062": Scheme(
-        groups="prompt", missing_keys="legacy", members="trajectories", siblings="equal", name="slime-2062"
-    ),
-    "verl-grpo": Scheme(groups="prompt", singleton="raw", name="verl-grpo"),
-    "verl-grpo-v1": Scheme(
-        groups="prompt", members="trajectories", representative="last", singleton="raw", name="verl-grpo-v1"
-    ),
-    "verl-rloo": Scheme(groups="prompt", baseline="leave-one-out", scale="none", singleton="raw", name="verl-rloo"),
-    "verl-rloo-vectorized": Scheme(
-        groups="prompt", baseline="leave-one-out", scale="none", singleton="zero", name="verl-rloo-vectorized"
-    ),
-    "verl-rpp-baseline": Scheme(
-        groups="prompt", scale="none", singleton="raw", whiten="tokens", name="verl-rpp-baseline"
-    ),
-    "dr-grpo": Scheme(groups="prompt", scale="none", name="dr-grpo"),
-    "trl-group": Scheme(groups="positional", eps=1e-4, nonfinite="zero", name="trl-group"),
-    "trl-batch": Scheme(groups="positional", std_over="batch", eps=1e-4, nonfinite="zero", name="trl-batch"),
-    # NeMo-RL trains in float32 and takes the std from moments: dtype=float64 is its exact arithmetic.
-    "nemo-loo": Scheme(
-        groups="prompt",
-        baseline="leave-one-out",
-        std_guard="positive",
-        std_from="moments",
-        dtype="float32",
-        name="nemo-loo",
-    ),
-    "nemo-grpo": Scheme(groups="prompt", std_guard="positive", std_from="moments", dtype="float32", name="nemo-grpo"),
-    "agl-dedup": Scheme(
-        groups="prompt", members="trajectories", representative="first", singleton="raw", name="agl-dedup"
-    ),
-    "agl-rollout": Scheme(
-        groups="prompt",
-        members="trajectories",
-        representative="first",
-        siblings="equal",
-        singleton="raw",
-        dtype="bfloat16",
-        name="agl-rollout",
-    ),
-    "areal-group": Scheme(groups="prompt", eps=1e-5, name="areal-group"),
-    "areal-stride": Scheme(groups="positional", remainder="unnormalized", eps=1e-5, name="areal-stride"),
-    "areal-batch": Scheme(groups="batch", eps=1e-5, name="areal-batch"),
-    "areal-loo": Scheme(groups="prompt", baseline="leave-one-out", scale="none", name="areal-loo"),
-    "rllm-grpo": Scheme(groups="prompt", members="trajectories", std="population", singleton="nan", name="rllm-grpo"),
-    "rllm-rloo": Scheme(
-        groups="prompt",
-        members="trajectories",
-        baseline="leave-one-out",
-        scale="none",
-        singleton="nan",
-        name="rllm-rloo",
-    ),
-    "rllm-verl-legacy": Scheme(
-        groups="prompt", group_by="trajectory", singleton="raw", reward="legacy_reward", name="rllm-verl-legacy"
-    ),
-    "roll-grpo": Scheme(groups="prompt", std_guard="cutoff", name="roll-grpo"),
-    "roll-grpo-tags": Scheme(groups="prompt", group_by="tag", std_guard="cutoff", name="roll-grpo-tags"),
-    "roll-grpo-batch": Scheme(groups="batch", std_guard="cutoff", name="roll-grpo-batch"),
-    # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
-    "custom": Scheme(name="custom"),
+_NOT_PARAMETERS = ("name", "notes")
+
+
+def _literal_choices(annotation: object) -> tuple[object, ...] | None:
+    """The values a ``Literal[...]`` (or ``Literal[...] | None``) annotation allows; None for any other type."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    if get_origin(annotation) is Union:
+        parts = [_literal_choices(arm) for arm in get_args(annotation) if arm is not type(None)]
+        if parts and all(part is not None for part in parts):
+            nullable = (None,) if type(None) in get_args(annotation) else ()
+            return tuple(value for part in parts for value in part) + nullable  # type: ignore[union-attr]
+    return None
+
+
+# The allowed values of every choice field, read from Scheme's own annotations (one spelling of each choice).
+_CHOICES: dict[str, tuple[object, ...]] = {
+    key: choices
+    for key, annotation in get_type_hints(Scheme).items()
+    if key not in _NOT_PARAMETERS and (choices := _literal_choices(annotation)) is not None
 }
 
-ROUNDING_FIXES: dict[str, str] = {
-    # Both estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
-    "nemo-loo": "the defect NeMo-RL PR #4158 fixes",
-    "nemo-grpo": "the defect NeMo-RL PR #4158 fixes",
+_RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2)"
+# Both NeMo-RL estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
+_NEMO_FIX = "the defect NeMo-RL PR #4158 fixes"
+
+
+def _preset(name: str, notes: PresetNotes, **fields: object) -> Scheme:
+    return Scheme(name=name, notes=notes, **fields)  # type: ignore[arg-type]
+
+
+PRESETS: dict[str, Scheme] = {
+    preset.name: preset
+    for preset in (
+        # The three schemes of the question, and slicing without keys.
+        _preset(
+            "batch",
+            PresetNotes(
+                "the whole step is one group: one mean and unbiased std over every sample (what slime's reward "
+                "post-processing did whenever the sample count was not n_samples_per_prompt x rollout_batch_size)",
+                "slime reward post-processing, legacy path (before PR #2204)",
+            ),
+            groups="batch",
+        ),
+        _preset(
+            "prompt",
+            PresetNotes(
+                "GRPO as intended: one group per prompt key, every sample of the prompt a member; the prompt's own "
+                "mean is its difficulty baseline; a one-member group gives 0",
+                "slime PR #2204 (group_index grouping)",
+            ),
+            groups="prompt",
+        ),
+        _preset(
+            "trajectory",
+            PresetNotes(
+                "one group per prompt key; a trajectory that became k samples counts once (one representative "
+                "reward) in its prompt's mean and std, and its advantage goes to all k samples; holds where every "
+                "trajectory's rows share one reward (name a representative otherwise: first, last, max, mean)",
+                "agent-lightning PR #462 (compute_mean_std_cross_all_data=False)",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative=None,
+        ),
+        _preset(
+            "positional",
+            PresetNotes(
+                "consecutive slices of n samples in batch order form the groups, whatever the prompt keys; needs n",
+                "the slicing rule of slime, TRL and AReaL when a dump carries no prompt keys",
+            ),
+            groups="positional",
+        ),
+        # Framework presets: exact reproductions of what a run did (shared/spec/schemes.md).
+        _preset(
+            "slime-legacy",
+            PresetNotes(
+                "if the step has exactly n x batch_size samples, consecutive slices of n, else the whole step; "
+                "unbiased std, eps 1e-6; a one-sample group gives NaN; needs n (n_samples_per_prompt)",
+                "slime main, reward post-processing before PRs #2204 and #2062",
+                undefined="slime's legacy normalization gives them NaN",
+            ),
+            groups="legacy",
+            singleton="nan",
+        ),
+        _preset(
+            "slime-2204",
+            PresetNotes(
+                "prompt, singleton 0; all keys missing: consecutive slices of n; some keys missing: an error naming "
+                "the first position without one",
+                "slime PR #2204",
+            ),
+            groups="prompt",
+            singleton="zero",
+        ),
+        _preset(
+            "slime-2062",
+            PresetNotes(
+                "groups by prompt; a trajectory's samples (rollout_id, else index) count once and must share one "
+                "reward; centre on the mean over trajectories, divide by (unbiased std + 1e-6) only when the prompt "
+                "has more than one trajectory and std > 0; missing keys: slices of n when N = n x B, else the step",
+                "slime PR #2062",
+            ),
+            groups="prompt",
+            missing_keys="legacy",
+            members="trajectories",
+            siblings="equal",
+        ),
+        _preset(
+            "verl-grpo",
+            PresetNotes(
+                "prompt, every row a member, unbiased std, eps 1e-6; a singleton keeps mean 0 and std 1 "
+                "(r / (1 + eps)); on V1 dumps the non-deduplicating grpo_vectorized",
+                "verl core_algos.py compute_grpo_outcome_advantage (algorithm.adv_estimator=grpo)",
+            ),
+            groups="prompt",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-grpo-v1",
+            PresetNotes(
+                "verl V1 grpo: trajectory with representative last (the session's final output), singleton raw, "
+                "unbiased std, eps 1e-6",
+                "verl V1 trainer (trainer.use_v1=true, default since PR #6823), adv_estimator=grpo",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="last",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-rloo",
+            PresetNotes(
+                "r minus the mean of the prompt's other members (= (r - mean) x n/(n-1)), no std; a singleton keeps "
+                "its raw reward",
+                "verl core_algos.py compute_rloo_outcome_advantage (adv_estimator=rloo)",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-rloo-vectorized",
+            PresetNotes(
+                "as verl-rloo, but a singleton gets 0 (verl PR #7794, open, keeps its raw reward: singleton=raw)",
+                "verl core_algos.py rloo_vectorized",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="zero",
+        ),
+        _preset(
+            "verl-rpp-baseline",
+            PresetNotes(
+                "REINFORCE++ with baseline: r minus the prompt's mean (a singleton keeps r), then one whitening "
+                "over the step weighted by response lengths (1e-8 terms, Bessel factor); needs response lengths",
+                "verl core_algos.py reinforce_plus_plus_baseline (masked_whiten)",
+            ),
+            groups="prompt",
+            scale="none",
+            singleton="raw",
+            whiten="tokens",
+        ),
+        _preset(
+            "dr-grpo",
+            PresetNotes("prompt without std scaling: r minus the prompt's mean", "Dr.GRPO (scale=none)"),
+            groups="prompt",
+            scale="none",
+        ),
+        _preset(
+            "trl-group",
+            PresetNotes(
+                "consecutive slices of num_generations rows; divide by (unbiased std + 1e-4); NaN rewards are left "
+                "out of the mean and std and get advantage 0",
+                "TRL GRPOTrainer (scale_rewards=group)",
+            ),
+            groups="positional",
+            eps=1e-4,
+            nonfinite="zero",
+        ),
+        _preset(
+            "trl-batch",
+            PresetNotes(
+                "centre per slice as trl-group, divide by (unbiased std of the whole step's rewards + 1e-4)",
+                "TRL GRPOTrainer (scale_rewards=batch)",
+            ),
+            groups="positional",
+            std_over="batch",
+            eps=1e-4,
+            nonfinite="zero",
+        ),
+        # NeMo-RL trains in float32 and takes the std from moments: dtype=float64 is its exact arithmetic.
+        _preset(
+            "nemo-loo",
+            PresetNotes(
+                "leave-one-out: the baseline and std of member i leave i out, std with the n_valid/(n_valid-1) "
+                "correction; a group of at most one member gives 0; divide only where std > 0; float32 moments",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=true), before PR #4158",
+                rounding_fix=_NEMO_FIX,
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            std_guard="positive",
+            std_from="moments",
+            dtype="float32",
+        ),
+        _preset(
+            "nemo-grpo",
+            PresetNotes(
+                "NeMo-RL GRPO with the plain group mean (the row included); std, eps and the std > 0 rule as "
+                "nemo-loo; float32 moments",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=false), before PR #4158",
+                rounding_fix=_NEMO_FIX,
+            ),
+            groups="prompt",
+            std_guard="positive",
+            std_from="moments",
+            dtype="float32",
+        ),
+        _preset(
+            "agl-dedup",
+            PresetNotes(
+                "trajectory with representative first, singleton raw (verl GRPO over one member per trajectory)",
+                "agent-lightning PR #462",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="first",
+            singleton="raw",
+        ),
+        _preset(
+            "agl-rollout",
+            PresetNotes(
+                "agent-lightning v1.0 rollout-level advantage: trajectory (representative first, grouped by "
+                "data_id), siblings must share one reward, verl GRPO singleton raw, in bfloat16 as upstream computes",
+                "agent-lightning v1.0 (rollout-level advantage)",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="first",
+            siblings="equal",
+            singleton="raw",
+            dtype="bfloat16",
+        ),
+        _preset(
+            "areal-group",
+            PresetNotes(
+                "AReaL group norm: prompt = task, every row (LLM call) a member, unbiased std, eps 1e-5; a one-row "
+                "group gives 0 (std=population: the default before v0.3.4)",
+                "AReaL actor.reward_norm (mean_level=group, std_level=group)",
+            ),
+            groups="prompt",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-stride",
+            PresetNotes(
+                "AReaL without batch metadata: consecutive slices of n rows, ignoring prompts; rows after the last "
+                "full slice get mean 0 and std 0, so r / eps (a reward of 1 becomes 100000); needs n",
+                "AReaL reward_norm group_size slicing (issue #1673)",
+            ),
+            groups="positional",
+            remainder="unnormalized",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-batch",
+            PresetNotes(
+                "one mean and unbiased std over the step, eps 1e-5", "AReaL actor.reward_norm (mean_level=batch)"
+            ),
+            groups="batch",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-loo",
+            PresetNotes(
+                "r minus the mean of the task's other rows; no std; a one-row task gives 0",
+                "AReaL actor.reward_norm (mean_leave1out=true)",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+        ),
+        _preset(
+            "rllm-grpo",
+            PresetNotes(
+                "group = task_id:trajectory name, one member per trajectory, population std, eps 1e-6; groups of "
+                "fewer than 2 trajectories are dropped from training (undefined)",
+                "rllm algorithm.adv_estimator=grpo (min_trajs_per_group=2)",
+                undefined=_RLLM_UNDEFINED,
+            ),
+            groups="prompt",
+            members="trajectories",
+            std="population",
+            singleton="nan",
+        ),
+        _preset(
+            "rllm-rloo",
+            PresetNotes(
+                "n/(n-1) x (r - mean) over the group's trajectories, no std; groups of fewer than 2 trajectories are "
+                "dropped from training (undefined)",
+                "rllm algorithm.adv_estimator=rloo (min_trajs_per_group=2)",
+                undefined=_RLLM_UNDEFINED,
+            ),
+            groups="prompt",
+            members="trajectories",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="nan",
+        ),
+        _preset(
+            "rllm-verl-legacy",
+            PresetNotes(
+                "rllm's legacy verl path: every trajectory its own group (verl GRPO singleton) on the logged reward: "
+                "a one-row trajectory gets r / (1 + 1e-6), a longer one 0",
+                "rllm's legacy verl trainer path (uid per trajectory)",
+            ),
+            groups="prompt",
+            group_by="trajectory",
+            singleton="raw",
+            reward="legacy_reward",
+        ),
+        _preset(
+            "roll-grpo",
+            PresetNotes(
+                "ROLL agentic: group = traj_group_id, every step row a member (a 5-step trajectory counts 5 times), "
+                "mean and unbiased std, eps 1e-6; a one-row group, or std <= 1e-6, gives 0",
+                "ROLL agentic reward_normalization (grouping=traj_group_id, method=mean_std)",
+            ),
+            groups="prompt",
+            std_guard="cutoff",
+        ),
+        _preset(
+            "roll-grpo-tags",
+            PresetNotes(
+                "as roll-grpo, grouped by the environment tag", "ROLL agentic reward_normalization (grouping=tags)"
+            ),
+            groups="prompt",
+            group_by="tag",
+            std_guard="cutoff",
+        ),
+        _preset(
+            "roll-grpo-batch",
+            PresetNotes("as roll-grpo, the whole step one group", "ROLL agentic reward_normalization (grouping=batch)"),
+            groups="batch",
+            std_guard="cutoff",
+        ),
+        # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
+        _preset(
+            "custom",
+            PresetNotes(
+                "the defaults (prompt) as a base for any combination of keys: custom(groups=..., scale=..., ...)",
+                "rollaudit",
+            ),
+        ),
+    )
 }
-"""Per preset whose rounded arithmetic can give an advantage where exact arithmetic gives none: the upstream
-change that removes it, as a phrase (``... from float32 rounding (the defect NeMo-RL PR #4158 fixes)``)."""
 
 
 def rounding_fix(scheme: Scheme) -> str | None:
     """The upstream change that removes the rounding residues of a scheme's preset, or None when none is known."""
-    return ROUNDING_FIXES.get(str(scheme).split("(")[0].strip())
+    return scheme.notes.rounding_fix if scheme.notes is not None else None
 
 
 _SPEC_KEYS = ("eps", "scale", "std", "singleton", "representative", "n", "batch_size", "dtype")
-_ALL_KEYS = tuple(f.name for f in dataclasses.fields(Scheme) if f.name != "name")
+_ALL_KEYS = tuple(f.name for f in dataclasses.fields(Scheme) if f.name not in _NOT_PARAMETERS)
 _STRING = re.compile(r"^\s*([A-Za-z][\w.-]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
 
 
@@ -272,7 +558,10 @@ def _parse_value(key: str, text: str, label: str) -> object:
             return float(text)
         except ValueError:
             raise SchemeError(f"{label}: eps={text!r} must be a number") from None
-    return text.strip("'\"")
+    value = text.strip("'\"")
+    if key == "representative" and value in ("None", "none"):
+        return None  # the trajectory scheme's "no representative named", as spec_string writes it
+    return value
 
 
 def get_scheme(spec: str | Scheme) -> Scheme:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from . import commands as _commands  # noqa: F401 - registers the commands on the app
+from . import reference as _reference  # noqa: F401 - registers the reference commands
 from .app import app, main
 
 __all__ = ["app", "main"]

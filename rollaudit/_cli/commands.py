@@ -25,7 +25,19 @@ from .io import (
     terminal_text,
     write_text,
 )
-from .options import LOAD, Device, DeviceOption, Inputs, Quiet, Reference, Schemes, TrainedWith, scheme_strings
+from .options import (
+    LOAD,
+    CompareFormat,
+    Device,
+    DeviceOption,
+    Inputs,
+    Quiet,
+    Reference,
+    Schemes,
+    TrainedWith,
+    compare_format,
+    scheme_strings,
+)
 
 ADVANTAGE_PREFIX = "advantage:"
 
@@ -43,10 +55,18 @@ def compare(
     trained_with: TrainedWith = None,
     load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
     device: DeviceOption = Device.auto,
+    output_format: Annotated[
+        CompareFormat | None,
+        # --format already names the dump format (the load options): this one names the report's.
+        typer.Option("--output-format", help="The report's format (default terminal).", show_default=False),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="One versioned JSON document on stdout (schema: README).")
+        bool,
+        typer.Option("--json", help="--output-format json: one versioned JSON document (schema: rollaudit schema)."),
     ] = False,
-    as_markdown: Annotated[bool, typer.Option("--markdown", help="A Markdown report, for a pull request.")] = False,
+    as_markdown: Annotated[
+        bool, typer.Option("--markdown", help="--output-format markdown: a Markdown report, for a pull request.")
+    ] = False,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -83,8 +103,7 @@ def compare(
       rollaudit compare dump.pt -s 'batch,verl-grpo' -r prompt  # framework presets against GRPO
       rollaudit compare run/ --markdown -o report.md --html report.html --plot figures/
     """
-    if as_json and as_markdown:
-        raise UsageError("--json and --markdown exclude each other", expected="one output format")
+    chosen = compare_format(output_format, as_json=as_json, as_markdown=as_markdown)
     from .._output import prepare_output
 
     # Every output is reserved (its temporary file created) before anything is loaded.
@@ -110,9 +129,7 @@ def compare(
     from .._render.registry import COMPARE_RENDERERS
 
     loaded.summary["command_seconds"] = command_seconds()
-    rendered = COMPARE_RENDERERS["json" if as_json else "markdown" if as_markdown else "terminal"](
-        report, loaded.summary, top=top
-    )
+    rendered = COMPARE_RENDERERS[chosen](report, loaded.summary, top=top)
     if isinstance(rendered, str):
         write_text(rendered, output_path, quiet)
     elif output_path is None:

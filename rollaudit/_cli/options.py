@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -23,7 +23,8 @@ from typing import Annotated, Any
 import typer
 
 from .._errors import UsageError
-from .._loaders.options import FLAGS, LoadOptions, checked
+from .._loaders.options import ENGINES, FLAGS, TOKEN_REDUCE_RULES, LoadOptions, checked
+from .._render.registry import COMPARE_RENDERERS
 
 
 class Device(str, Enum):
@@ -32,15 +33,14 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
-class TokenReduce(str, Enum):
-    first = "first"
-    last = "last"
-    mean = "mean"
+def _choices(name: str, values: Iterable[str]) -> Any:
+    """A str Enum of the values the library defines (the option's choices, spelled once, where they are used)."""
+    return Enum(name, {value: value for value in values}, type=str)
 
 
-class Engine(str, Enum):
-    local = "local"
-    ray = "ray"
+TokenReduce = _choices("TokenReduce", TOKEN_REDUCE_RULES)
+Engine = _choices("Engine", ENGINES)
+CompareFormat = _choices("CompareFormat", COMPARE_RENDERERS)
 
 
 Inputs = Annotated[
@@ -338,3 +338,15 @@ def scheme_strings(values: list[str] | None, default: tuple[str, ...] | list[str
     for name in names:
         get_scheme(name)
     return names
+
+
+def compare_format(chosen: Enum | None, *, as_json: bool, as_markdown: bool) -> str:
+    """The renderer ``compare`` uses: ``--output-format``, or its aliases ``--json`` and ``--markdown``; two that
+    disagree are a usage error."""
+    aliases = (("--json", "json", as_json), ("--markdown", "markdown", as_markdown))
+    named = {flag: name for flag, name, given in aliases if given}
+    if chosen is not None:
+        named[f"--output-format {chosen.value}"] = chosen.value
+    if len(set(named.values())) > 1:
+        raise UsageError(f"{' and '.join(named)} exclude each other", expected="one output format")
+    return next(iter(named.values()), "terminal")

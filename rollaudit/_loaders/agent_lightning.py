@@ -116,4 +116,8 @@ LOADER = Format(
     options=generic.LOADER.options,
     reads="the export's rollout_id, reward, prompt and response (no data_id: refused unless --prompt-col names a "
     "column holding it)",
+    prompt="data_id, named by --prompt-col (the export has none)",
+    trajectory="rollout_id",
+    reward="reward",
+    trained_with=(DEFAULT,),
 )

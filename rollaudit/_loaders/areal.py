@@ -52,10 +52,6 @@ _SCHEMA = pa.schema(
         pa.field("segments", pa.list_(pa.struct([pa.field("role", pa.string()), pa.field("len", pa.int64())]))),
     ]
 )
-NO_TRAJECTORY = (
-    "AReaL dumps have no attempt key (sample_idx numbers rows): trajectory deduplication cannot be audited from "
-    "them; the trajectory scheme counts each row as its own trajectory"
-)
 NO_ATTEMPT_ID = (
     "AReaL dumps have no attempt id (sample_idx numbers rows): the LLM calls of one rollout cannot be grouped"
 )
@@ -207,7 +203,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             "rows (one per LLM call)": batch.num_rows,
             "rows whose reward was normalized at rollout time (reward != original_reward)": normalized,
         }
-        notes = [NO_TRAJECTORY]
+        notes = []  # the missing attempt id is the audit's to say: it lists the trajectory scheme as not auditable
         if normalized:
             notes.append(RAW_NOTE if NORMALIZED_REWARD in batch.column_names else NORMALIZED_NOTE)
         batch = with_found(batch, {"AReaL (prompt = task_id)": found}, notes)
@@ -235,4 +231,8 @@ LOADER = Format(
     expand_directory=expand_directory,
     options=frozenset({"reward_col"}),
     reads="AReaL's record keys (prompt = task_id, reward = reward, or original_reward with reward_col)",
+    prompt="task_id",
+    reward=" or ".join(REWARD_FIELDS) + " (reward_col)",
+    trained_with=(DEFAULT,),
+    cannot_audit=(NO_ATTEMPT_ID,),
 )

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Format:
-    """One dump format rollaudit reads: its name, a one-line description, and the four functions above."""
+    """One dump format rollaudit reads: its name, a one-line description, the four functions above, and what it
+    reads (``rollaudit formats`` prints these fields)."""
 
     name: str
     description: str
@@ -56,6 +57,19 @@ class Format:
     """The reading options (LoadOptions fields) this format takes; ``format`` and the run options always pass."""
     reads: str = ""
     """What the format reads without options, in its framework's words (named when an option is refused)."""
+    prompt: str = ""
+    """The field that keys a sample's prompt group."""
+    trajectory: str | None = None
+    """The field that keys a sample's trajectory, or None when the dumps have none."""
+    reward: str = ""
+    """The field the rewards come from."""
+    advantage: str | None = None
+    """The field of the advantages the run recorded, or None when the dumps record none."""
+    trained_with: tuple[tuple[str | None, str], ...] = ()
+    """``(preset, why)`` per layout: the preset the loader stamps as the run's default (``trained_with``), None
+    when it cannot tell which, and why; empty when the format names none."""
+    cannot_audit: tuple[str, ...] = ()
+    """What its dumps cannot show, in the words the report uses (e.g. no trajectory key)."""
 
     def check_options(self, options: LoadOptions) -> None:
         """A UsageError naming the first reading option set in ``options`` that this format does not take."""

@@ -340,4 +340,8 @@ LOADER = Format(
         }
     ),
     reads="the columns named by the column options, else the common names",
+    prompt=", ".join(PROMPT_NAMES),
+    trajectory=", ".join(TRAJECTORY_NAMES),
+    reward=", ".join(REWARD_NAMES),
+    advantage=", ".join(ADVANTAGE_NAMES),
 )

@@ -203,4 +203,9 @@ LOADER = Format(
     expand_directory=expand_directory,
     reads="NeMo-RL's own keys (prompt = the prompt token ids, reward = filtered_rewards or rewards, advantage = "
     "advantages)",
+    prompt="the prompt token ids",
+    reward="filtered_rewards, else rewards",
+    advantage="advantages",
+    trained_with=(DEFAULT,),
+    cannot_audit=(NO_TRAJECTORY,),
 )

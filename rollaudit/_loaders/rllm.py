@@ -265,4 +265,8 @@ LOADER = Format(
     combine=combine,
     expand_directory=expand_directory,
     reads="rllm's own keys (prompt = task_id:trajectory name, trajectory = uid, reward = the trajectory's reward)",
+    prompt="task_id:trajectory name",
+    trajectory="uid",
+    reward="the trajectory's reward",
+    trained_with=(DEFAULT,),
 )

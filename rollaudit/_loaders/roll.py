@@ -150,4 +150,8 @@ LOADER = Format(
     combine=combine,
     expand_directory=expand_directory,
     reads="ROLL's own keys (prompt = traj_group_id, trajectory = traj_id, reward = step_rewards)",
+    prompt="traj_group_id (env_info)",
+    trajectory="traj_id (env_info)",
+    reward="step_rewards",
+    trained_with=(DEFAULT,),
 )

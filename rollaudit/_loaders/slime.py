@@ -1,6 +1,6 @@
 """slime dumps to the canonical table: rollout dumps, train dumps, and the join of the two.
 
-One file is one step. Each file is unpickled safely (:mod:`rollaudit._unpickle`),
+One file is one step. Each file is unpickled safely (:mod:`rollaudit._loaders.unpickle`),
 reduced to its audit columns at once, and dropped: token lists never outlive
 the file they came from, so memory does not grow with the number of files.
 
@@ -579,4 +579,9 @@ LOADER = Format(
     options=frozenset({"reward_key", "n_samples_per_prompt"}),
     reads="slime's own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
     "or reward[reward_key])",
+    prompt="group_index",
+    trajectory="rollout_id, else index",
+    reward="reward, or reward[reward_key]",
+    advantage="advantages (train dumps)",
+    trained_with=((None, DEFAULT_WHY),),
 )

@@ -361,4 +361,15 @@ LOADER = Format(
     ),
     reads="TRL's completion columns (groups = consecutive num_generations rows, reward = the reward-function "
     "columns, advantage = advantage)",
+    prompt=f"consecutive slices of num_generations rows ({PROMPT_COLUMN} column)",
+    reward="the reward-function columns (weighted sum)",
+    advantage=ADVANTAGE_COLUMN,
+    trained_with=(
+        (
+            "trl-group(n=N)",
+            "TRL GRPOTrainer's default scale_rewards='group' over consecutive groups of "
+            "num_generations=N, the dump's group size",
+        ),
+    ),
+    cannot_audit=(NO_TRAJECTORY,),
 )

@@ -411,4 +411,9 @@ LOADER = Format(
     expand_directory=expand_directory,
     options=frozenset({"reward_col", "prompt_col", "step_col", "trajectory_col", "advantage_col", "token_reduce"}),
     reads="verl's own fields (prompt = uid, else the verified input text; reward = score; step = step)",
+    prompt="uid, else the verified input text",
+    trajectory="traj_uid (verl-agent forks), else none",
+    reward=REWARD_FIELD,
+    trained_with=(V0_DEFAULT, V1_DEFAULT),
+    cannot_audit=(V0_NO_TRAJECTORY,),
 )

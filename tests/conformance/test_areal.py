@@ -51,7 +51,8 @@ def test_a_run_directory_is_one_step_per_version_and_the_report_says_what_it_can
     assert sorted(set(table.column("step").to_pylist())) == [3, 4] and table.num_rows == 453 + 477
     report = rollaudit.audit(table, schemes=["areal-group", "areal-stride(n=8)"], device="cpu")
     assert report.info["found"]["AReaL (prompt = task_id)"] == {"tasks": 60, "rows (one per LLM call)": 930}
-    assert any("trajectory deduplication cannot be audited" in note for note in report.info["loader_notes"])
+    # What the dump cannot tell is the audit's to say: no attempt id, so no trajectory scheme, count or histogram.
+    assert "attempt id" in report.not_auditable["trajectory"] and report.info["trajectories"] is None
     (stride_note,) = report.info["scheme_notes"]["areal-stride(n=8)"]
     assert "10 samples after the last full slice of 8" in stride_note and "100000" in stride_note
 

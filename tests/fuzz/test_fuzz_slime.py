@@ -241,7 +241,7 @@ def _outcome(path, skip: frozenset) -> object:
 @given(seed=st.sampled_from(SEEDS), operations=mutations.byte_operations(), edits=st.lists(
     st.tuples(st.integers(0, 1 << 20), mutations.opcode_soup(max_size=3)), max_size=2))  # fmt: skip
 def test_skimming_never_changes_what_a_pickle_reads(seed: str, operations: list, edits: list):
-    """Issue 17: the skimming reader and the full one read every mutated pickle alike (the same table, or both an
+    """The skimming reader and the full one read every mutated pickle alike (the same table, or both an
     error): mutations inside per-token lists, of their keys, of the batch opcodes around them."""
     import warnings
 

@@ -1,0 +1,226 @@
+"""The reference the tool prints from its registries (schemes, formats, JSON Schemas), and compare's output format."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import typing
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+import rollaudit
+from rollaudit._cli import app
+from rollaudit._loaders import areal, slime, verl
+from rollaudit._loaders.registry import FORMATS
+from rollaudit._render.registry import COMPARE_RENDERERS, JSON_SCHEMAS
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_dumps"
+CORPUS = ROOT.parent / "shared" / "corpus"
+# Sample dumps that need a reading option to load (slime's dict rewards name the key trained on).
+SAMPLE_OPTIONS = {"reward_key.pt": ["--reward-key", "score"]}
+# Corpus runs, each one run directory, with the options they need.
+CORPUS_RUNS = [
+    ("verl/rollout_data_v1", []),
+    ("nemo_rl/grpo", []),
+    ("rllm", []),
+    ("roll", []),
+    ("slime", ["--reward-key", "score"]),
+]
+GATE_RULES = ["--max", "batch:sign_flip_rate=1%", "--max", "trained:strict_flip_rate=0", "--require", "trajectory-key"]
+
+
+def run(*args: object, columns: int = 120):
+    return CliRunner(env={"COLUMNS": str(columns)}).invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+
+
+def sample_dumps() -> list[Path]:
+    return sorted(path for path in SAMPLES.iterdir() if path.suffix not in (".md", ".py"))
+
+
+def json_of(*args: object) -> dict:
+    result = run(*args)
+    assert result.exit_code in (0, 1), result.output  # gate: 1 is a failed rule, still a document
+    return json.loads(result.stdout)
+
+
+def validator(command: str) -> jsonschema.Draft202012Validator:
+    result = run("schema", command)
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rollaudit schemes
+
+
+def test_schemes_json_is_every_preset_with_its_notes():
+    entries = json_of("schemes", "--json")
+    assert [entry["name"] for entry in entries] == list(rollaudit.PRESETS)
+    for entry in entries:
+        preset = rollaudit.PRESETS[entry["name"]]
+        assert entry["definition"] == preset.notes.description
+        assert entry["source"] == preset.notes.source
+        assert entry["undefined"] == preset.notes.undefined
+        # The parameters are a scheme string for the same arithmetic (slicing presets need an n to parse).
+        parsed = rollaudit.get_scheme(
+            entry["parameters"].replace(")", ", n=8)")
+            if "positional" in entry["parameters"] or "legacy" in entry["parameters"]
+            else entry["parameters"]
+        )
+        expected = preset if parsed.n is None else dataclasses.replace(preset, n=8)
+        assert parsed == expected, entry["name"]
+
+
+def test_schemes_piped_is_one_line_per_field():
+    lines = run("schemes").stdout.splitlines()
+    names = [line for line in lines if not line.startswith("  ")]
+    assert names == list(rollaudit.PRESETS)
+    assert "  undefined: rllm drops such groups from training (min_trajs_per_group = 2)" in lines
+    assert "  rounding_fix: the defect NeMo-RL PR #4158 fixes" in lines
+    assert all(line.startswith("  ") and ": " in line for line in lines if line not in names)
+
+
+def test_scheme_choices_come_from_the_annotations():
+    from rollaudit._audit.schemes import _CHOICES, Scheme
+
+    hints = typing.get_type_hints(Scheme)
+    assert _CHOICES["groups"] == typing.get_args(hints["groups"])
+    assert _CHOICES["representative"] == ("first", "last", "max", "mean", None)
+    assert set(_CHOICES) == {
+        name for name, hint in hints.items() if "Literal" in str(hint) and name not in ("name", "notes")
+    }
+    with pytest.raises(rollaudit.SchemeError, match="dtype='float16' is not one of float64, float32, bfloat16"):
+        rollaudit.get_scheme("prompt(dtype=float16)")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rollaudit formats
+
+
+def test_formats_json_is_every_registered_format():
+    entries = {entry["name"]: entry for entry in json_of("formats", "--json")}
+    assert list(entries) == list(FORMATS)
+    for name, loader in FORMATS.items():
+        entry = entries[name]
+        assert entry["reads"] == loader.description
+        assert entry["options"] == sorted(loader.options)
+        assert entry["recorded_advantages"] == (loader.advantage is not None)
+        for default in entry["trained_with"]:
+            if default["scheme"] is not None:
+                rollaudit.get_scheme(default["scheme"].replace("n=N", "n=8"))
+    # The defaults are the constants the loaders stamp on the tables.
+    assert entries["verl"]["trained_with"] == [
+        {"scheme": verl.V0_DEFAULT[0], "why": verl.V0_DEFAULT[1]},
+        {"scheme": verl.V1_DEFAULT[0], "why": verl.V1_DEFAULT[1]},
+    ]
+    assert entries["slime"]["trained_with"] == [{"scheme": None, "why": slime.DEFAULT_WHY}]
+    assert entries["generic"]["trained_with"] == []
+    assert areal.NO_ATTEMPT_ID in entries["areal"]["cannot_audit"]
+    assert entries["nemo_rl"]["advantage"] == "advantages"
+
+
+def test_formats_piped_names_each_format():
+    lines = run("formats").stdout.splitlines()
+    assert [line for line in lines if not line.startswith("  ")] == list(FORMATS)
+    assert "  trained_with: areal-group: " + areal.DEFAULT[1] in lines
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare --output-format
+
+
+def _without_timings(document: dict) -> dict:
+    document = copy.deepcopy(document)
+    document["info"].pop("seconds")
+    for key in ("seconds", "command_seconds"):
+        document["load"].pop(key)
+    return document
+
+
+def test_compare_format_choices_are_the_renderers():
+    result = run("compare", "--help", columns=200)
+    assert "--output-format <terminal|json|markdown>" in result.stdout
+    assert list(COMPARE_RENDERERS) == ["terminal", "json", "markdown"]
+
+
+def test_compare_format_json_and_markdown_match_their_aliases():
+    dump = SAMPLES / "fanout"
+    assert _without_timings(json_of("compare", dump, "--output-format", "json")) == _without_timings(
+        json_of("compare", dump, "--json")
+    )
+    untimed = [
+        [line for line in run("compare", dump, *flags).stdout.splitlines() if " s in all" not in line]
+        for flags in (["--output-format", "markdown"], ["--markdown"])
+    ]
+    assert untimed[0] == untimed[1] and untimed[0][0].startswith("### rollaudit")
+    assert run("compare", dump, "--output-format", "json", "--json").exit_code == 0  # the same choice twice
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--json", "--output-format", "markdown"],
+        ["--markdown", "--output-format", "terminal"],
+        ["--json", "--markdown"],
+    ],
+)
+def test_compare_conflicting_formats_are_a_usage_error(flags):
+    result = CliRunner().invoke(app, ["compare", str(SAMPLES / "fanout"), *flags])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "exclude each other" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rollaudit schema
+
+
+def test_schema_names_the_commands():
+    assert JSON_SCHEMAS == ("compare", "inspect", "gate")
+    result = CliRunner().invoke(app, ["schema", "report"])
+    assert result.exit_code == 2 and "compare, inspect, gate" in result.stderr
+
+
+@pytest.mark.parametrize("dump", sample_dumps(), ids=lambda path: path.name)
+def test_json_documents_of_every_sample_match_their_schemas(dump):
+    options = SAMPLE_OPTIONS.get(dump.name, [])
+    validator("compare").validate(json_of("compare", dump, *options, "--json"))
+    validator("inspect").validate(json_of("inspect", dump, *options, "--json"))
+    validator("gate").validate(json_of("gate", dump, *options, *GATE_RULES, "--json"))
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="the conformance corpus is not here")
+@pytest.mark.parametrize(("run_directory", "options"), CORPUS_RUNS, ids=[name for name, _ in CORPUS_RUNS])
+def test_json_documents_of_corpus_runs_match_their_schemas(run_directory, options):
+    dump = CORPUS / run_directory
+    validator("compare").validate(
+        json_of("compare", dump, *options, "-s", "batch,prompt,trajectory,rllm-grpo,nemo-loo", "--json")
+    )
+    validator("inspect").validate(json_of("inspect", dump, *options, "--json"))
+    validator("gate").validate(json_of("gate", dump, *options, *GATE_RULES, "--json"))
+
+
+def test_a_document_missing_a_required_key_fails_validation():
+    document = json_of("compare", SAMPLES / "fanout", "--json")
+    compare = validator("compare")
+    compare.validate(document)
+    for key in ("trained_with", "summary", "load"):
+        broken = {name: value for name, value in document.items() if name != key}
+        with pytest.raises(jsonschema.ValidationError, match=key):
+            compare.validate(broken)
+    metric = next(iter(document["summary"]))
+    broken = copy.deepcopy(document)
+    broken["summary"][metric]["sign_flip_rate"] = "high"
+    with pytest.raises(jsonschema.ValidationError):
+        compare.validate(broken)
+    gate = json_of("gate", SAMPLES / "fanout", *GATE_RULES, "--json")
+    del gate["rules"][0]["passed"]
+    with pytest.raises(jsonschema.ValidationError, match="passed"):
+        validator("gate").validate(gate)
