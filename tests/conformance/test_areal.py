@@ -49,7 +49,7 @@ def test_a_run_directory_is_one_step_per_version_and_the_report_says_what_it_can
     run = corpus("areal") / "experiments" / "logs" / "rl" / "gsm8k-agent-grpo" / "trial0"
     table = rollaudit.load(run)
     assert sorted(set(table.column("step").to_pylist())) == [3, 4] and table.num_rows == 453 + 477
-    report = rollaudit.audit(table, schemes=["areal-group", "areal-stride(n=8)"], device="cpu")
+    report = rollaudit.audit(table, schemes=["areal-group", "areal-stride(n=8)", "trajectory"], device="cpu")
     assert report.info["found"]["AReaL (prompt = task_id)"] == {"tasks": 60, "rows (one per LLM call)": 930}
     # What the dump cannot tell is the audit's to say: no attempt id, so no trajectory scheme, count or histogram.
     assert "attempt id" in report.not_auditable["trajectory"] and report.info["trajectories"] is None
