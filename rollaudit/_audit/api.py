@@ -250,7 +250,7 @@ def audit(
     if any(notes.values()):
         info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
     assert trained is not None
-    residues = _trained_residues(encoded, trained, not_auditable, tol)
+    residues = _trained_residues(encoded, trained, not_auditable, tol, values.get(str(trained.scheme)))
     if residues is not None:
         info["rounding_residues"] = residues
     info["device"] = str(encoded.device)
@@ -277,14 +277,21 @@ def audit(
     )
 
 
-def _trained_residues(encoded: Encoded, trained: TrainedWith, not_auditable: dict[str, str], tol: float) -> dict | None:
+def _trained_residues(
+    encoded: Encoded,
+    trained: TrainedWith,
+    not_auditable: dict[str, str],
+    tol: float,
+    computed: torch.Tensor | None,
+) -> dict | None:
     """What the run's own rounding made non-zero that exact arithmetic leaves zero, JSON-ready; None when nothing
-    (or the run's scheme is exact, unknown or not auditable)."""
+    (or the run's scheme is exact, unknown or not auditable). ``computed``: its advantages where the audit made
+    them (a given or default scheme's row)."""
     from .rounding import rounding_residues
 
     if trained.scheme is None or trained.scheme in not_auditable:
         return None
-    residues = rounding_residues(encoded, trained.scheme, tol)
+    residues = rounding_residues(encoded, trained.scheme, tol, computed)
     return None if residues is None else {"scheme": trained.scheme, **residues._asdict()}
 
 

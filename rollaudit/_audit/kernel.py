@@ -112,18 +112,24 @@ def check_siblings(enc: Encoded, scheme: Scheme, units: Units) -> None:
     )
 
 
+def finite_extremes(enc: Encoded, codes: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(smallest, largest) finite reward of each of ``count`` codes (per row: ``codes``); +inf and -inf for a code
+    without a finite reward. One reward per code wherever the two are equal."""
+    low = torch.full((count,), torch.inf, dtype=F64, device=enc.device)
+    high = torch.full((count,), -torch.inf, dtype=F64, device=enc.device)
+    if enc.all_finite:
+        low.scatter_reduce_(0, codes, enc.reward, "amin")
+        high.scatter_reduce_(0, codes, enc.reward, "amax")
+    else:
+        low.scatter_reduce_(0, codes, torch.where(enc.finite, enc.reward, torch.inf), "amin")
+        high.scatter_reduce_(0, codes, torch.where(enc.finite, enc.reward, -torch.inf), "amax")
+    return low, high
+
+
 def check_representative(enc: Encoded, scheme: Scheme, units: Units) -> None:
     """``representative=None``: one reward per trajectory only where the trajectory's finite rows share it; where
     some do not (a reward per step), which one counts is a choice the dump cannot make: not auditable."""
-    finite = enc.finite
-    reward = enc.reward if enc.all_finite else torch.where(finite, enc.reward, 0.0)
-    low = torch.full((units.count,), torch.inf, dtype=F64, device=enc.device)
-    high = torch.full((units.count,), -torch.inf, dtype=F64, device=enc.device)
-    keep = None if enc.all_finite else finite
-    of_row = units.of_row if keep is None else units.of_row[keep]
-    values = reward if keep is None else reward[keep]
-    low.scatter_reduce_(0, of_row, values, "amin")
-    high.scatter_reduce_(0, of_row, values, "amax")
+    low, high = finite_extremes(enc, units.of_row, units.count)
     differ = int((high > low).sum())
     if differ:
         trajectories = int((high >= low).sum())  # those with a finite row

@@ -38,29 +38,28 @@ class Residues(NamedTuple):
 
 def _constant_group_rows(encoded: Encoded, scheme: Scheme) -> torch.Tensor:
     """True on the rows of a group whose finite rewards are all one value (NaN and inf left out)."""
+    from .kernel import finite_extremes
+
     codes, count = group_codes(encoded, scheme)
-    reward = encoded.reward
-    finite = encoded.finite
-    low = torch.full((count,), torch.inf, dtype=reward.dtype, device=reward.device)
-    high = torch.full((count,), -torch.inf, dtype=reward.dtype, device=reward.device)
-    low.scatter_reduce_(0, codes, torch.where(finite, reward, torch.inf), "amin")
-    high.scatter_reduce_(0, codes, torch.where(finite, reward, -torch.inf), "amax")
+    low, high = finite_extremes(encoded, codes, count)
     return (low == high).index_select(0, codes)
 
 
-def rounding_residues(encoded: Encoded, scheme: str | Scheme, tol: float = 1e-6) -> Residues | None:
+def rounding_residues(
+    encoded: Encoded, scheme: str | Scheme, tol: float = 1e-6, computed: torch.Tensor | None = None
+) -> Residues | None:
     """What a scheme's reduced-precision arithmetic (``dtype`` other than float64) made non-zero that exact
     arithmetic leaves zero, on every row of ``encoded``; None when nothing, or when the scheme is exact.
 
     ``tol``: the zero band of the audit's signs (``|A| <= tol`` is 0). Undefined (NaN) advantages are never
-    counted.
+    counted. ``computed``: the scheme's advantages on ``encoded`` where the caller has them (not made again).
     """
     from .kernel import advantages
 
     scheme = get_scheme(scheme)
     if scheme.dtype == "float64":
         return None
-    rounded = advantages(encoded, scheme).abs()
+    rounded = (advantages(encoded, scheme) if computed is None else computed).abs()
     exact = advantages(encoded, scheme.with_options(dtype="float64")).abs()
     made = (rounded > tol) & (exact <= tol)  # NaN on either side compares False
     samples = int(made.sum())
