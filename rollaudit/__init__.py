@@ -26,7 +26,7 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # after rollaudit; a user's own value wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and so does _exports() below
+if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getattr__ below)
     from ._audit.api import DEFAULT_SCHEMES, audit, recompute
     from ._audit.describe import describe
     from ._audit.fit import Detection, detect_scheme, fit_presets
@@ -37,29 +37,92 @@ if TYPE_CHECKING:  # the exports, listed once: type checkers read them here, and
     from ._gate.baseline import read_baseline, write_baseline
     from ._gate.config import GateConfig, gate_config, load_gate_config
     from ._gate.evaluate import GateResult, run_gate
-    from ._loaders.load import detect_format, expand_paths, load
     from ._loaders.options import LoadOptions
     from ._loaders.registry import FORMATS
+    from ._loaders.run.load import detect_format, expand_paths, load
     from ._table import CANONICAL_COLUMNS, loaded_formats, make_table, validate_table
 
 
-def _exports() -> dict[str, str]:
-    """Name -> module of every import in the ``TYPE_CHECKING`` block above, read from this module's source."""
-    import ast
+# Where each export lives, for the lazy lookup below; the architecture test keeps this, the TYPE_CHECKING block
+# above and __all__ equal.
+_MODULE_OF = {
+    "CANONICAL_COLUMNS": "._table",
+    "DEFAULT_SCHEMES": "._audit.api",
+    "Detection": "._audit.fit",
+    "FORMATS": "._loaders.registry",
+    "GateConfig": "._gate.config",
+    "GateFailed": "._errors",
+    "GateResult": "._gate.evaluate",
+    "InputError": "._errors",
+    "LoadOptions": "._loaders.options",
+    "METRICS": "._audit.metric_names",
+    "PRESETS": "._audit.schemes",
+    "Report": "._audit.report",
+    "RollauditError": "._errors",
+    "RollauditWarning": "._errors",
+    "SCHEMA_VERSION": "._audit.report",
+    "Scheme": "._audit.schemes",
+    "SchemeError": "._errors",
+    "UsageError": "._errors",
+    "audit": "._audit.api",
+    "describe": "._audit.describe",
+    "detect_format": "._loaders.run.load",
+    "detect_scheme": "._audit.fit",
+    "expand_paths": "._loaders.run.load",
+    "fit_presets": "._audit.fit",
+    "gate_config": "._gate.config",
+    "get_scheme": "._audit.schemes",
+    "load": "._loaders.run.load",
+    "load_gate_config": "._gate.config",
+    "loaded_formats": "._table",
+    "make_table": "._table",
+    "read_baseline": "._gate.baseline",
+    "recompute": "._audit.api",
+    "run_gate": "._gate.evaluate",
+    "split_schemes": "._audit.schemes",
+    "validate_table": "._table",
+    "write_baseline": "._gate.baseline",
+}
 
-    source = __spec__.loader.get_source(__name__)  # type: ignore[union-attr]
-    tree = ast.parse(source)
-    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
-    return {
-        alias.asname or alias.name: "." * node.level + (node.module or "")
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-_MODULE_OF = _exports()
-__all__ = sorted([*_MODULE_OF, "__version__"])
+__all__ = [
+    "CANONICAL_COLUMNS",
+    "DEFAULT_SCHEMES",
+    "Detection",
+    "FORMATS",
+    "GateConfig",
+    "GateFailed",
+    "GateResult",
+    "InputError",
+    "LoadOptions",
+    "METRICS",
+    "PRESETS",
+    "Report",
+    "RollauditError",
+    "RollauditWarning",
+    "SCHEMA_VERSION",
+    "Scheme",
+    "SchemeError",
+    "UsageError",
+    "__version__",
+    "audit",
+    "describe",
+    "detect_format",
+    "detect_scheme",
+    "expand_paths",
+    "fit_presets",
+    "gate_config",
+    "get_scheme",
+    "load",
+    "load_gate_config",
+    "loaded_formats",
+    "make_table",
+    "read_baseline",
+    "recompute",
+    "run_gate",
+    "split_schemes",
+    "validate_table",
+    "write_baseline",
+]
 
 
 def __getattr__(name: str) -> Any:

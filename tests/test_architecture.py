@@ -15,7 +15,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rollaudit"
 LAYERS = (
-    ("base", ("rollaudit._version", "rollaudit._errors", "rollaudit._table", "rollaudit._output")),
+    ("base", ("rollaudit._version", "rollaudit._errors", "rollaudit._table", "rollaudit._output", "rollaudit._json")),
     ("loaders", ("rollaudit._loaders",)),
     ("audit", ("rollaudit._audit",)),
     ("gate", ("rollaudit._gate",)),
@@ -27,6 +27,31 @@ LAYERS = (
 """Stages, earliest first: a module may import modules of its own stage and of earlier ones. ``api`` is the
 package's public face (``import rollaudit``), which the command line is a thin layer over."""
 MAX_MODULE_LINES = 700
+
+ROOMS = {
+    "rollaudit._loaders.torchsave": (),
+    "rollaudit._loaders.arrow": ("rollaudit._table",),
+    "rollaudit._loaders.formats": (
+        "rollaudit._table",
+        "rollaudit._loaders.base",
+        "rollaudit._loaders.options",
+        "rollaudit._loaders.arrow",
+        "rollaudit._loaders.torchsave",
+    ),
+    "rollaudit._loaders.registry": ("rollaudit._loaders.base", "rollaudit._loaders.formats"),
+    "rollaudit._loaders.run": (
+        "rollaudit._table",
+        "rollaudit._output",
+        "rollaudit._version",
+        "rollaudit._loaders.options",
+        "rollaudit._loaders.registry",
+    ),
+    "rollaudit._audit.engine": ("rollaudit._table", "rollaudit._audit.schemes"),
+}
+"""Rooms inside a stage, and what each may import besides itself and ``rollaudit._errors``: the safe torch.save
+reader knows no format, the Arrow readers no format either, a format plug-in knows the readers it uses and the
+interface, the run machinery finds formats through the registry alone, and the audit engine (encoding, groups,
+piece sizing, tallies, threads) knows the table and the schemes' data, not the metrics or the report built on it."""
 
 
 def module_name(path: Path) -> str:
@@ -57,12 +82,13 @@ def _is_type_checking(node: ast.If) -> bool:
 class _Imports(ast.NodeVisitor):
     """Every rollaudit module a module imports, skipping TYPE_CHECKING blocks and ``_repr_*`` hooks."""
 
-    def __init__(self, module: str, is_package: bool) -> None:
+    def __init__(self, module: str, is_package: bool, type_only: bool = False) -> None:
         self.module, self.package = module, module if is_package else module.rpartition(".")[0]
         self.found: dict[str, int] = {}
+        self.type_only = type_only
 
     def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node):
+        if _is_type_checking(node) and not self.type_only:
             for child in node.orelse:
                 self.visit(child)
             return
@@ -95,14 +121,16 @@ class _Imports(ast.NodeVisitor):
             self._add(submodule if submodule in MODULES else source, node.lineno)
 
 
-def imports_of(module: str) -> dict[str, int]:
+def imports_of(module: str, type_only: bool = False) -> dict[str, int]:
+    """The rollaudit modules ``module`` imports when it runs, or with ``type_only`` those its type hints name too."""
     path = MODULES[module]
-    visitor = _Imports(module, path.name == "__init__.py")
+    visitor = _Imports(module, path.name == "__init__.py", type_only)
     visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
     return {target: line for target, line in visitor.found.items() if target != module}
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}
+TYPED_GRAPH = {module: imports_of(module, type_only=True) for module in MODULES}
 
 
 def test_every_import_names_a_module_of_the_package():
@@ -157,8 +185,33 @@ def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return components
 
 
-def test_no_import_cycles_at_any_depth():
-    assert strongly_connected(GRAPH) == []
+def test_no_import_cycles_at_any_depth_type_hints_included():
+    """Not even a ``TYPE_CHECKING`` import closes a circle: two modules that need each other's names are one."""
+    assert strongly_connected(TYPED_GRAPH) == []
+
+
+def room_of(module: str) -> str | None:
+    return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def test_every_room_imports_only_what_it_may():
+    violations = []
+    for module, targets in TYPED_GRAPH.items():
+        room = room_of(module)
+        if room is None:
+            continue
+        allowed = (room, "rollaudit._errors", *ROOMS[room])
+        violations += [
+            f"{module} (room {room}) imports {target} at line {line}"
+            for target, line in targets.items()
+            if not any(target == prefix or target.startswith(prefix + ".") for prefix in allowed)
+        ]
+    assert not violations, "\n".join(violations)
+
+
+def test_every_room_exists():
+    for room in ROOMS:
+        assert any(module == room or module.startswith(room + ".") for module in MODULES), room
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -188,8 +241,8 @@ def test_a_loader_is_a_module_and_one_registry_line():
 def test_the_cache_key_covers_every_loader_module_without_a_list():
     import sys
 
-    from rollaudit._loaders.cache import fingerprint_sources
     from rollaudit._loaders.registry import FORMATS
+    from rollaudit._loaders.run.cache import fingerprint_sources
 
     sources = {path.resolve() for path in fingerprint_sources()}
     assert {path.resolve() for path in (PACKAGE / "_loaders").rglob("*.py")} <= sources
@@ -217,15 +270,17 @@ def test_every_load_option_is_declared_once_for_the_command_line():
 
 
 def test_the_exports_resolve_each_to_its_module():
-    """``__all__`` is read from the one list of exports (the TYPE_CHECKING imports of ``rollaudit/__init__.py``);
-    every name resolves lazily to the object its module defines."""
+    """The exports are spelled three times for three readers (type checkers: the TYPE_CHECKING imports of
+    ``rollaudit/__init__.py``; the lazy lookup: ``_MODULE_OF``; ``import *``: the literal ``__all__``); they are
+    equal, and every name resolves lazily to the object its module defines."""
     import importlib
 
     import rollaudit
 
     tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
     block = next(node for node in tree.body if isinstance(node, ast.If) and _is_type_checking(node))
-    listed = {alias.name: node.module for node in block.body for alias in node.names}
+    listed = {alias.name: "." + node.module for node in block.body for alias in node.names}
+    assert listed == rollaudit._MODULE_OF
     assert sorted([*listed, "__version__"]) == rollaudit.__all__ == dir(rollaudit)
     for name, module in listed.items():
-        assert getattr(rollaudit, name) is getattr(importlib.import_module(f"rollaudit.{module}"), name)
+        assert getattr(rollaudit, name) is getattr(importlib.import_module(f"rollaudit{module}"), name)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rollaudit._loaders import capped, tables
+from rollaudit._loaders.arrow import capped, tables
 from rollaudit._table import arrow_array, numpy_view
 
 pytestmark = pytest.mark.skipif(not capped.can_cap(), reason="no address-space limit on this platform")

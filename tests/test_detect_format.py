@@ -13,8 +13,8 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._loaders.load import detect_format
 from rollaudit._loaders.registry import FORMATS
+from rollaudit._loaders.run.load import detect_format
 
 ROOT = Path(__file__).resolve().parents[1]
 DUMPS = ROOT / "sample_dumps"

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 import rollaudit
 from rollaudit import InputError, RollauditWarning
 from rollaudit._cli import app
-from rollaudit._loaders import discover
 from rollaudit._loaders.base import Format
 from rollaudit._loaders.registry import FORMATS
+from rollaudit._loaders.run import discover
 from tests.conformance import conftest as conformance
 from tests.conformance.conftest import corpus
 

@@ -14,9 +14,9 @@ import pytest
 
 import rollaudit
 from rollaudit._errors import InputError, RollauditWarning, UsageError
-from rollaudit._loaders import cache as _cache
-from rollaudit._loaders import engine as _engine
 from rollaudit._loaders.registry import FORMATS
+from rollaudit._loaders.run import cache as _cache
+from rollaudit._loaders.run import engine as _engine
 from tests.benchmarks.bench_run import write_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -333,8 +333,8 @@ def test_step_runs_and_positions_piece_by_piece_match_whole_arrays(steps, cuts, 
     from unittest import mock
 
     from rollaudit import _table
-    from rollaudit._loaders import load as load_module
-    from rollaudit._loaders.columns import split_steps
+    from rollaudit._loaders.arrow.columns import split_steps
+    from rollaudit._loaders.run import load as load_module
 
     changes = [0, *(row for row in range(1, len(steps)) if steps[row] != steps[row - 1]), len(steps)]
     run_steps = [steps[start] for start in changes[:-1]]

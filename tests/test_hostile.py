@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollaudit._loaders import tables
+from rollaudit._loaders.arrow import tables
 from tests.fuzz import payloads
 from tests.test_unpickle import generate
 

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-from rollaudit._loaders import slime
-from rollaudit._loaders.torch_zip import TorchArchive
-from rollaudit._loaders.unpickle import SKIPPED
+from rollaudit._loaders.formats import slime
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive
+from rollaudit._loaders.torchsave.unpickle import SKIPPED
 from tests.test_unpickle import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def test_tables_are_identical_with_and_without_skimming(path: Path, monkeypatch:
 
 def test_skimming_drops_the_per_token_lists(tmp_path: Path):
     """What is cut is what makes a dump big: the pickle the C unpickler sees is a few percent of it."""
-    from rollaudit._loaders import pickle_scan
+    from rollaudit._loaders.torchsave import pickle_scan
 
     path = generate.benchmark_dump(tmp_path / "b.pt", samples=40, tokens=2000)
     with TorchArchive(path) as archive:

@@ -17,8 +17,8 @@ import torch
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._loaders.torch_zip import TorchArchive, load_torch_file
-from rollaudit._loaders.unpickle import Placeholder, StoredTensor
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.unpickle import Placeholder, StoredTensor
 from tests.fuzz.payloads import (
     APPENDS,
     BUILD,
@@ -92,7 +92,7 @@ def marker(tmp_path: Path) -> Path:
 
 
 def test_the_unpickler_is_the_c_one():
-    from rollaudit._loaders.unpickle import RestrictedUnpickler as _RestrictedUnpickler
+    from rollaudit._loaders.torchsave.unpickle import RestrictedUnpickler as _RestrictedUnpickler
 
     assert pickle.Unpickler.__module__ == "_pickle"
     assert issubclass(_RestrictedUnpickler, pickle.Unpickler)

@@ -84,7 +84,7 @@ def test_prompt_groups_follow_the_text_in_any_order():
 def test_the_json_reader_is_pyarrows(tmp_path: Path, monkeypatch):
     """No Python pass per line: json.loads only sees the first line (format detection and field types)."""
     path = write_lines(tmp_path / "5.jsonl", [{**LINE, "input": f"p{i % 50}", "step": 5} for i in range(3000)])
-    from rollaudit._loaders import tables
+    from rollaudit._loaders.arrow import tables
 
     calls = []
     original = tables.json.loads
@@ -148,7 +148,7 @@ def test_column_options(tmp_path: Path):
 
 
 def test_a_first_line_longer_than_the_sniff_limit_and_a_json_block(tmp_path: Path, monkeypatch):
-    from rollaudit._loaders import tables
+    from rollaudit._loaders.arrow import tables
 
     monkeypatch.setattr(tables, "_JSON_BLOCK_BYTES", 1 << 20)  # the line straddles blocks: read again, larger
     long_prompt = "x" * (5 << 20)

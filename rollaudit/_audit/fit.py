@@ -335,7 +335,7 @@ class Detection:
 
         An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
         """
-        from .report import json_value
+        from .._json import json_value
 
         return json_value(
             {

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._json import json_value
 from .trained import TrainedWith
 
 if TYPE_CHECKING:
@@ -19,19 +20,6 @@ SCHEMA_VERSION = 1
 RECORDED_ROW = "recorded"
 """The name of the row (of ``summary``, ``per_step``, the per-prompt columns) that audits the advantages
 recorded in the dump; no scheme may take it."""
-
-
-def json_value(value: Any) -> Any:
-    """A JSON-ready copy: numpy scalars to Python, NaN, inf and pandas' NA to None (undefined)."""
-    if isinstance(value, dict):
-        return {str(key): json_value(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_value(item) for item in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if (isinstance(value, float) and not math.isfinite(value)) or value is pd.NA:
-        return None
-    return value
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
-from .._audit.report import json_value
+from .._json import json_value
 from .._errors import GateFailed, SchemeError, UsageError
 from .._table import POSITION, PROMPT, REWARD, STEP, TRAJECTORY, validate_table
 from .baseline import Baseline

@@ -6,8 +6,8 @@ command line find it through this table.
 
 from __future__ import annotations
 
-from . import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, trl, verl
 from .base import Format
+from .formats import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, trl, verl
 
 FORMATS: dict[str, Format] = {
     loader.name: loader

@@ -6,7 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._audit.report import SCHEMA_VERSION, json_value
+from .._audit.report import SCHEMA_VERSION
+from .._json import json_value
 
 if TYPE_CHECKING:
     from .._audit.report import Report

@@ -85,7 +85,7 @@ def write_run(directory: Path, files: int, samples: int = 40, tokens: int = 2000
 
 def child(mode: str, run: str, cache: str, warmup: str) -> None:
     import rollaudit
-    import rollaudit._loaders.load  # imported before the clock starts
+    import rollaudit._loaders.run.load  # imported before the clock starts
 
     rollaudit.load(warmup, cache=Path(cache) / "warmup")  # lazy imports: pandas (pyarrow's first array), Parquet
     rollaudit.load(warmup, cache=Path(cache) / "warmup")

@@ -76,7 +76,7 @@ def child(loader: str, dump: str, warmup: str) -> None:
 
     sys.path.insert(0, str(ROOT))
     import rollaudit
-    import rollaudit._loaders.load  # imported here so that the timed call pays no import
+    import rollaudit._loaders.run.load  # imported here so that the timed call pays no import
 
     def run(path: str):
         if loader == "rollaudit":

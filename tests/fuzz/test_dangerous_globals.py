@@ -20,8 +20,8 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._loaders.torch_zip import TorchArchive, load_torch_file
-from rollaudit._loaders.unpickle import Placeholder
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.unpickle import Placeholder
 from tests.fuzz import payloads
 from tests.fuzz.harness import ROOT, generate
 

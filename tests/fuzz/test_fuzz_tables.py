@@ -17,7 +17,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollaudit._loaders import generic as _generic
+from rollaudit._loaders.formats import generic as _generic
 from tests.fuzz import harness, mutations
 from tests.fuzz.harness import read_sample, run_case
 

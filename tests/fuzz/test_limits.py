@@ -25,7 +25,7 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError
-from rollaudit._loaders.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
 from tests.fuzz import payloads
 from tests.fuzz.harness import ROOT, generate
 
@@ -118,7 +118,7 @@ def _in_child(tmp_path: Path, data: bytes, *, storages: dict | None = None, what
         import json, resource, sys, time, warnings
         sys.path.insert(0, sys.argv[1])
         import rollaudit
-        from rollaudit._loaders.torch_zip import load_torch_file
+        from rollaudit._loaders.torchsave.torch_zip import load_torch_file
         warnings.simplefilter("ignore")
         started = time.perf_counter()
         try:

@@ -24,13 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError
-from .._table import PROMPT, make_table, with_facts, with_found, with_trained_default
-from . import columns, tables
-from .base import Format
+from ..._errors import InputError
+from ..._table import PROMPT, make_table, with_facts, with_found, with_trained_default
+from ..arrow import columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 KEYS = frozenset({"content", "rewards", "token_ids", "token_loss_mask", "advantages"})
 _FILE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")

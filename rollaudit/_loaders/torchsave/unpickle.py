@@ -31,13 +31,10 @@ from __future__ import annotations
 import math
 import pickle
 import zipfile
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from .._errors import InputError
+from ..._errors import InputError
 from .pickle_scan import Malformed
-
-if TYPE_CHECKING:
-    from .torch_zip import TorchArchive
 
 _MAX_TENSOR_DIMS = 64
 # Sizes, strides and offsets beyond this cannot describe real memory (and huge ints would make the checks slow).
@@ -214,17 +211,27 @@ def _check_view(storage: Storage, offset: Any, size: Any, stride: Any) -> tuple[
     return offset, tuple(size), tuple(stride)
 
 
+class StorageSource(Protocol):
+    """What the unpickler reads tensors' bytes from: a ``torch.save`` archive (:class:`~.torch_zip.TorchArchive`)."""
+
+    path: str
+
+    def storage_member(self, key: str) -> zipfile.ZipInfo: ...
+
+    def storage_bytes(self, storage: Storage) -> bytearray: ...
+
+
 class StoredTensor:
     """A tensor of a dump, not read yet: dtype and shape now, the bytes on ``.numpy()`` or ``.torch()``.
 
-    Only valid while its :class:`TorchArchive` is open.
+    Only valid while its archive (a :class:`~.torch_zip.TorchArchive`) is open.
     """
 
     __slots__ = ("_archive", "_storage", "offset", "shape", "stride")
 
     def __init__(
         self,
-        archive: TorchArchive,
+        archive: StorageSource,
         storage: Storage,
         offset: int,
         shape: tuple[int, ...],
@@ -398,7 +405,7 @@ class _Allowed:
 class RestrictedUnpickler(pickle.Unpickler):
     """The C unpickler with ``find_class`` and ``persistent_load`` replaced; C speed is kept."""
 
-    def __init__(self, file: Any, archive: TorchArchive, lazy_tensors: bool) -> None:
+    def __init__(self, file: Any, archive: StorageSource, lazy_tensors: bool) -> None:
         super().__init__(file, encoding="utf-8", errors="replace")
         self._archive = archive
         self._lazy = lazy_tensors

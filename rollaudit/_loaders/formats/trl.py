@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError, RollauditWarning
-from .._table import (
+from ..._errors import InputError, RollauditWarning
+from ..._table import (
     POSITION,
     PROMPT,
     STEP,
@@ -52,11 +52,11 @@ from .._table import (
     with_facts,
     with_trained_default,
 )
-from . import capped, columns, tables
-from .base import Format
+from ..arrow import capped, columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 PROMPT_COLUMN = "prompt"
 COMPLETION_COLUMN = "completion"

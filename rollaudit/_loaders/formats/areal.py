@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError
-from .._table import POSITION, REWARD, STEP, concat_tables, make_table, with_facts, with_found, with_trained_default
-from . import columns, tables
-from .base import Format
+from ..._errors import InputError
+from ..._table import POSITION, REWARD, STEP, concat_tables, make_table, with_facts, with_found, with_trained_default
+from ..arrow import columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 RECORD_KEYS = frozenset({"task_id", "sample_idx", "seqlen", "prompt_len", "head_version", "tail_version", "reward"})
 _TASK_FILE = re.compile(r"^\d+\.jsonl$")

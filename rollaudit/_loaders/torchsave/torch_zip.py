@@ -20,7 +20,7 @@ import warnings
 import zipfile
 from typing import Any
 
-from .._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning
 from .pickle_scan import call_with_stack, skim
 from .unpickle import RestrictedUnpickler, Storage, WholeBuffer, describe_unknown, printable
 
@@ -250,7 +250,7 @@ class TorchArchive:
         Unknown globals become placeholders, listed in ``unknown_globals`` and, with
         ``warn``, in one :class:`~rollaudit.RollauditWarning` line for the file.
         Lists of plain numbers under the dict keys ``skip`` are never built: each
-        is :data:`~rollaudit._loaders.unpickle.SKIPPED`.
+        is :data:`~rollaudit._loaders.torchsave.unpickle.SKIPPED`.
         """
         if self._zip is None:
             raise self._error("the archive is closed")

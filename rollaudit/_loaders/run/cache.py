@@ -20,17 +20,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import RollauditError, RollauditWarning, UsageError
+from ..._errors import RollauditError, RollauditWarning, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .engine import WorkItem
-    from .options import LoadOptions
+    from ..options import LoadOptions
+    from .item import WorkItem
 
 CACHE_SCHEMA_VERSION = 1
 _CACHE_METADATA_KEY = b"rollaudit.cache"
-_PACKAGE = Path(__file__).resolve().parent.parent
+_LOADERS = Path(__file__).resolve().parents[1]
+_PACKAGE = _LOADERS.parent
 # Besides the loading stage itself: the modules it builds its tables with.
 _SHARED_MODULES = ("_table.py", "_errors.py")
 
@@ -72,14 +73,13 @@ def _check_cache_dir(directory: Path) -> None:
 def fingerprint_sources() -> list[Path]:
     """The source files the cache key covers: every module of the loading stage (whatever modules it holds: a new
     format needs no list to join) and the shared modules it builds tables with."""
-    stage = Path(__file__).resolve().parent
-    return sorted(stage.rglob("*.py")) + [_PACKAGE / name for name in _SHARED_MODULES]
+    return sorted(_LOADERS.rglob("*.py")) + [_PACKAGE / name for name in _SHARED_MODULES]
 
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """rollaudit's version and the source of every module that decides what a read table holds."""
-    from .._version import __version__
+    from ..._version import __version__
 
     digest = hashlib.sha256(f"{__version__}|{CACHE_SCHEMA_VERSION}".encode())
     for path in fingerprint_sources():
@@ -114,7 +114,7 @@ def _category_name(category: type[Warning]) -> str:
 def _checked_entry(stored: Any, source: dict[str, Any]) -> tuple[str, list[tuple[type[Warning], str]]] | None:
     """An entry's format and warnings when its stored record has the shape :meth:`Cache.put` writes and names
     ``source``; None (a miss) for anything else."""
-    from .registry import FORMATS
+    from ..registry import FORMATS
 
     if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned"}:
         return None
@@ -180,7 +180,7 @@ class Cache:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from .._output import write_atomic
+        from ..._output import write_atomic
 
         if self._unwritable:
             return

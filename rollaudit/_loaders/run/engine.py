@@ -31,15 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import _errors
-from .._errors import InputError, RollauditError, RollauditWarning, UsageError
+from ... import _errors
+from ..._errors import InputError, RollauditError, RollauditWarning, UsageError
+from ..registry import FORMATS
 from .cache import Cache, cache_directory
-from .registry import FORMATS
+from .item import WorkItem
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 # Below this many bytes to read, worker processes cost more than they save. A worker's first
 # result comes 0.5-2 s after the pool starts (its interpreter, then rollaudit, pyarrow and the
@@ -71,42 +72,6 @@ def default_jobs(items: int, total_bytes: int) -> int:
     if items <= 1 or total_bytes < SMALL_RUN_BYTES:
         return 1
     return max(1, min(available_cpus(), items))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# One work item, wherever it runs.
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    """One dump file: the path as given (named in messages), and where and what to read."""
-
-    path: Path
-    absolute: Path
-    size: int
-    mtime_ns: int
-    requested_format: str | None = None  # load()'s format: None to detect by content (part of the cache key)
-    format: str | None = None  # the format that reads it: requested, or detected after a cache miss
-    inode: int = 0
-    ctime_ns: int = 0
-
-    @classmethod
-    def of(cls, path: Path, format: str | None) -> WorkItem:
-        try:
-            stat = path.stat()
-        except OSError as error:  # gone since the directory was listed
-            raise InputError(f"cannot read: {error.strerror}", file=str(path)) from None
-        absolute = path.absolute()
-        return cls(
-            path,
-            absolute,
-            stat.st_size,
-            stat.st_mtime_ns,
-            requested_format=format,
-            format=format,
-            inode=stat.st_ino,
-            ctime_ns=stat.st_ctime_ns,
-        )
 
 
 @dataclass

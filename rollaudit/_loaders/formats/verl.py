@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError, RollauditWarning
-from .._table import (
+from ..._errors import InputError, RollauditWarning
+from ..._table import (
     POSITION,
     PROMPT,
     STEP,
@@ -58,11 +58,11 @@ from .._table import (
     with_found,
     with_trained_default,
 )
-from . import columns, tables
-from .base import Format
+from ..arrow import columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 PROMPT_FIELD = "input"
 REWARD_FIELD = "score"

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError, RollauditWarning
-from .._table import (
+from ..._errors import InputError, RollauditWarning
+from ..._table import (
     CANONICAL_COLUMNS,
     POSITION,
     PROMPT,

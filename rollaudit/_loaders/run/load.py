@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .._errors import InputError, UsageError, did_you_mean
-from .._table import (
+from ..._errors import InputError, UsageError, did_you_mean
+from ..._table import (
     FORMATS_METADATA,
     PIECE_ROWS,
     POSITION,
@@ -31,10 +31,10 @@ from .._table import (
     with_facts,
     with_found,
 )
+from ..options import LoadOptions
+from ..registry import FORMATS
 from .discover import DUMP_HINT, directory_files, natural_key
 from .engine import run_items
-from .options import LoadOptions
-from .registry import FORMATS
 
 ProgressCallback = Callable[[str, int], Any]
 

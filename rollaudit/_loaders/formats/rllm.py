@@ -29,13 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError
-from .._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found, with_trained_default
-from . import tables
-from .base import Format
+from ..._errors import InputError
+from ..._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found, with_trained_default
+from ..arrow import tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 UNNAMED = "default_traj_name"
 SUMMARY = "batch_summary.json"

@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .._errors import InputError
+from ..._errors import InputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,7 +96,7 @@ class _Worker:
     def __init__(self) -> None:
         environment = {**os.environ, _IN_WORKER: "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
         self._process = subprocess.Popen(
-            [sys.executable, "-c", "from rollaudit._loaders.capped import serve; serve()"],
+            [sys.executable, "-c", "from rollaudit._loaders.arrow.capped import serve; serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

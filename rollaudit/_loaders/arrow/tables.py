@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .._errors import InputError
+from ..._errors import InputError
 
 HEAD_BYTES = 1 << 16
 # pyarrow parses JSON in blocks that must hold whole lines; verl lines carry whole decoded trajectories.

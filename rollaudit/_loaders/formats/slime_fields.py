@@ -8,8 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .._errors import InputError, RollauditWarning
-from .unpickle import StoredTensor
+from ..._errors import InputError, RollauditWarning
+from ..torchsave.unpickle import StoredTensor
 
 _POSITIONS_SHOWN = 5
 _KEYS_SHOWN = 10

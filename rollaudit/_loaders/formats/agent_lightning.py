@@ -18,15 +18,16 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
-from .._table import with_trained_default
-from . import generic, tables
-from .base import Format
+from ..._errors import InputError
+from ..._table import with_trained_default
+from ..arrow import tables
+from ..base import Format
+from . import generic
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 EXPORT_KEYS = frozenset({"rollout_id", "reward", "prompt", "response"})
 EXPORT_NAMES = ("train_trajectories.jsonl", "train_trajectories.jsonl.zip")

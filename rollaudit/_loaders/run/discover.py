@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._errors import InputError
-from .registry import FORMATS
+from ..._errors import InputError
+from ..registry import FORMATS
 
 MAX_DEPTH = 8
 """Directory levels searched below the one given."""

@@ -1,6 +1,6 @@
 """slime dumps to the canonical table: rollout dumps, train dumps, and the join of the two.
 
-One file is one step. Each file is unpickled safely (:mod:`rollaudit._loaders.unpickle`),
+One file is one step. Each file is unpickled safely (:mod:`rollaudit._loaders.torchsave.unpickle`),
 reduced to its audit columns at once, and dropped: token lists never outlive
 the file they came from, so memory does not grow with the number of files.
 
@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError, RollauditWarning
-from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found, with_trained_default
+from ..._errors import InputError, RollauditWarning
+from ..._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found, with_trained_default
+from ..base import Format
+from ..torchsave.torch_zip import TorchArchive, is_torch_zip
+from ..torchsave.unpickle import StoredTensor
 from . import slime_fields as fields
-from .base import Format
-from .torch_zip import TorchArchive, is_torch_zip
-from .unpickle import StoredTensor
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 SUFFIXES = (".pt", ".pth")
 TRAIN_DUMP_VERSION = 2

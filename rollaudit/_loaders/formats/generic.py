@@ -58,13 +58,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .._errors import InputError, RollauditWarning
-from .._table import PROMPT, STEP, make_table, with_found
-from . import capped, columns, tables
-from .base import Format
+from ..._errors import InputError, RollauditWarning
+from ..._table import PROMPT, STEP, make_table, with_found
+from ..arrow import capped, columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 REWARD_NAMES = ("reward", "score", "rewards")
 PROMPT_NAMES = ("group_index", "uid", "data_id", "prompt_id", "task_id", "prompt", "input")

@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import InputError
-from .._table import PROMPT, TRAJECTORY, make_table, with_found, with_trained_default
-from . import columns, tables
-from .base import Format
+from ..._errors import InputError
+from ..._table import PROMPT, TRAJECTORY, make_table, with_found, with_trained_default
+from ..arrow import columns, tables
+from ..base import Format
 
 if TYPE_CHECKING:
-    from .options import LoadOptions
+    from ..options import LoadOptions
 
 _FILE = re.compile(r"^rollout_dump_data\.step_(\d+)\.jsonl$")
 _HEAD = re.compile(rb'^\s*\{\s*"trajectory_data"\s*:\s*\[')
