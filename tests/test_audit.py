@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-import rollaudit._audit.tally
+import rollaudit._audit.engine.tally
 from rollaudit import InputError
 from tests.oracle import oracle_advantages, oracle_metrics, oracle_sign
 from tests.test_kernel import batches, table_of
@@ -109,8 +109,8 @@ def test_per_step_and_per_prompt_match_oracle(rows, piece, most_spans, in_step_o
         rows = sorted(rows, key=lambda row: (row["step"], row["position"]))
     schemes = ["batch", "prompt", TRAJECTORY]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rollaudit._audit.tally, "PIECE", piece)
-        patch.setattr(rollaudit._audit.groups, "_MOST_SPANS", most_spans)
+        patch.setattr(rollaudit._audit.engine.sizing, "PIECE_ROWS", piece)
+        patch.setattr(rollaudit._audit.engine.groups, "_MOST_SPANS", most_spans)
         report = rollaudit.audit(table_of(rows), schemes=schemes, reference="prompt", device="cpu")
     per_step, per_prompt = _oracle_per_step_and_prompt(rows, schemes)
     assert len(report.per_step) == len(per_step)
@@ -286,10 +286,10 @@ def test_import_is_cheap():
 def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     """Group codes are step-major wherever they come from; codes in another order count per step all the same
     (by an index add rather than a segment sum)."""
-    from rollaudit._audit.encode import encode
+    from rollaudit._audit.engine.encode import encode
+    from rollaudit._audit.engine.tally import Layout, Reference, tally
     from rollaudit._audit.kernel import advantages_of
     from rollaudit._audit.metrics import prompt_groups
-    from rollaudit._audit.tally import Layout, Reference, tally
 
     table = rollaudit.make_table(
         reward=[0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 2, 5],
@@ -323,7 +323,7 @@ def test_packed_class_counts_are_exact_at_every_field_width(largest):
     """A group's class counts packed into int64 words (one word below 4096 samples a group, more above) unpack to
     the plain counts, also for a group of the largest size whose every sample is of one pair code (each field
     full, no carry into the next)."""
-    from rollaudit._audit.tally import _CLASS_CODES, CLASSES, CODES, Packing
+    from rollaudit._audit.engine.tally import _CLASS_CODES, CLASSES, CODES, Packing
 
     packing = Packing.of(largest, torch.device("cpu"))
     assert packing.table.shape[0] == (1 if largest < 4096 else -(-len(CLASSES) // (63 // largest.bit_length())))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import rollaudit
 from rollaudit import SchemeError
-from rollaudit._audit import encode as _kernel
-from rollaudit._audit import groups as _groups
+from rollaudit._audit.engine import groups as _groups
+from rollaudit._audit.engine import sizing as _sizing
 from tests.oracle import OracleError, oracle_advantages
 
 SCHEMES = [
@@ -159,7 +159,7 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @PROPERTY
 @given(
     rows=batches(),
-    piece=st.sampled_from([1, 2, 5, _kernel.PIECE]),
+    piece=st.sampled_from([1, 2, 5, _sizing.PIECE_ROWS]),
     order=st.sampled_from(["shuffled", "steps", "batch"]),
     most_spans=st.sampled_from([0, 8]),
 )
@@ -176,7 +176,7 @@ def test_kernel_matches_oracle(scheme, rows, piece, order, most_spans):
             kernel(rows, scheme)
         return
     # Small pieces: the piecewise loops cross piece boundaries as they do on millions of rows.
-    with mock.patch.object(_kernel, "PIECE", piece), mock.patch.object(_groups, "_MOST_SPANS", most_spans):
+    with mock.patch.object(_sizing, "PIECE_ROWS", piece), mock.patch.object(_groups, "_MOST_SPANS", most_spans):
         assert_close(kernel(rows, scheme), expected)
 
 
@@ -340,8 +340,8 @@ def test_cuda_matches_cpu(rows):
 @pytest.mark.parametrize("rows", [0, 1, 5, 6])
 def test_pieces_cover_every_row_once_with_a_buffer_of_their_length(device, rows):
     # "meta" stands in for a GPU here: one piece, whatever PIECE is.
-    with mock.patch.object(_kernel, "PIECE", 3):
-        slices = list(_kernel.pieces(rows, torch.float64, torch.device(device)))
+    with mock.patch.object(_sizing, "PIECE_ROWS", 3):
+        slices = list(_sizing.pieces(rows, torch.float64, torch.device(device)))
     covered = [row for piece, _ in slices for row in range(piece.start, piece.stop)]
     assert covered == list(range(rows))
     assert all(buffer.numel() == piece.stop - piece.start for piece, buffer in slices)

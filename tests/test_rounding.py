@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-from rollaudit._audit.encode import encode
+from rollaudit._audit.engine.encode import encode
 from rollaudit._audit.fit import DEFAULT_RECORDED_TOLERANCE, allowed_error
 from rollaudit._audit.rounding import Residues, rounding_residues
 from tests.conformance.conftest import corpus

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from rollaudit._audit.threads import SideBySide
+from rollaudit._audit.engine.threads import SideBySide
 
 MODES = {"threads": torch.device("cpu"), "one after another": torch.device("cuda")}
 

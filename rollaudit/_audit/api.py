@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -24,8 +24,10 @@ from .trained import TrainedWith, from_config, from_recorded
 if TYPE_CHECKING:
     import torch
 
-    from .encode import Encoded
-    from .tally import Tally
+    from .engine.encode import Encoded
+    from .engine.tally import Tally
+    from .fit import Detection
+    from .metrics import Groups
 
 DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]
@@ -56,7 +58,7 @@ def resolve_schemes(schemes: SchemeList) -> dict[str, Scheme]:
 
 
 def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tuple[object, dict[str, torch.Tensor]]:
-    from .encode import encode
+    from .engine.encode import encode
     from .kernel import advantages_of
 
     encoded = encode(table, device)
@@ -92,6 +94,160 @@ def _needs_trajectories(scheme: Scheme) -> bool:
     return scheme.members == "trajectories" or scheme.group_by == TRAJECTORY
 
 
+@dataclass
+class _Plan:
+    """What an audit computes: the schemes (by name, the reference among them), what the run trained with as far
+    as the table's facts tell, and the schemes the dump cannot support (each with its reason)."""
+
+    schemes: dict[str, Scheme]
+    reference: str
+    given: str | None
+    trained: TrainedWith | None
+    not_auditable: dict[str, str]
+    no_trajectory: str | None
+    recorded: bool
+    prompt_n: int | None  # the n the prompt groups slice keyless steps by
+
+
+def _plan(table: pa.Table, schemes: SchemeList, reference: str | Scheme, trained_with: str | Scheme | None) -> _Plan:
+    resolved = resolve_schemes(schemes)
+    reference_scheme = named_scheme(reference)
+    reference_name = str(reference_scheme)
+    resolved.setdefault(reference_name, reference_scheme)
+    given = None if trained_with is None else str(named_scheme(trained_with))
+    recorded = has_recorded(table)
+    trained = None if recorded else from_config(given, facts_in(table).get("trained_default"))
+    if trained is not None and trained.scheme is not None:
+        resolved.setdefault(trained.scheme, named_scheme(trained.scheme))
+    no_trajectory = trajectory_limit(table)
+    not_auditable = {
+        name: no_trajectory for name, scheme in resolved.items() if no_trajectory and _needs_trajectories(scheme)
+    }
+    if reference_name in not_auditable:
+        raise SchemeError(f"the reference {reference_name} cannot be audited on this dump: {no_trajectory}")
+    return _Plan(
+        schemes={name: scheme for name, scheme in resolved.items() if name not in not_auditable},
+        reference=reference_name,
+        given=given,
+        trained=trained,
+        not_auditable=not_auditable,
+        no_trajectory=no_trajectory,
+        recorded=recorded,
+        prompt_n=next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None),
+    )
+
+
+# The audit's tasks besides each scheme's own (named by its scheme string, which never holds a space).
+REFERENCE = "the reference"
+PROMPT_GROUPS = "prompt groups"
+STEP_GROUP_SIZES = "step group sizes"
+GROUP_COLUMNS = "group columns"
+HISTOGRAMS = "histograms"
+SCHEME_COLUMNS = "scheme columns"
+
+
+@dataclass
+class _Computed:
+    """What the audit's tasks made."""
+
+    values: dict[str, torch.Tensor]  # each auditable scheme's advantages, the recorded ones last
+    tallies: dict[str, Tally]
+    trained: TrainedWith
+    detection: Detection | None
+    groups: Groups | None  # the prompt groups, with their trajectories; None where the dump has none to tell
+    groups_unavailable: str | None  # why not
+    group_results: dict[str, Any]  # by task: step group sizes, group columns, histograms, scheme columns
+
+
+def _compute(
+    encoded: Encoded,
+    table: pa.Table,
+    plan: _Plan,
+    tol: float,
+    recorded_tolerance: float,
+    recorded_schemes: Iterable[str | Scheme],
+) -> _Computed:
+    """Run the audit's tasks on one pool, each beside other work: the schemes' advantages, then a metric pass per
+    scheme, and meanwhile what the prompt groups alone give. A scheme the dump cannot support leaves
+    ``plan.schemes`` for ``plan.not_auditable``, with its reason; the reference must run."""
+    import torch
+
+    from .engine.tally import Layout, Reference, start_tallies
+    from .engine.threads import SideBySide
+    from .kernel import start_advantages
+    from .metrics import group_columns, group_rows, histograms, scheme_columns, step_group_sizes, with_trajectories
+
+    schemes, reference = plan.schemes, plan.reference
+    with SideBySide(encoded.device, len(schemes) + 4) as work:
+        start_advantages(work, encoded, schemes)
+        # Meanwhile, what reads only what the schemes' threads read: the prompt groups' rows, steps and sizes,
+        # and where the passes count (trajectories wait for a trajectory scheme's own units).
+        groups: Groups | None
+        try:
+            groups, unavailable = group_rows(encoded, plan.prompt_n), None
+        except SchemeError as error:
+            groups, unavailable = None, error.line()
+        layout = (
+            Layout.of(encoded)
+            if groups is None
+            else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
+        )
+        # The reference's signs, and its squares every pass shares, as soon as its advantages are there.
+        work.start(REFERENCE, lambda: Reference.of(work.result(reference), tol).with_squares(layout))
+        for name in list(schemes):
+            try:
+                work.result(name)
+            except SchemeError as error:
+                if name == reference:
+                    raise SchemeError(
+                        f"the reference {reference} cannot be audited on this dump: {error.message}",
+                        expected=error.expected,
+                    ) from None
+                reason = error.message.removeprefix(f"{name}: ")  # the list names the scheme itself
+                plan.not_auditable[name] = reason + (f" (expected {error.expected})" if error.expected else "")
+                del schemes[name]
+        values: dict[str, torch.Tensor] = work.results(schemes)
+
+        detection, trained = None, plan.trained
+        if plan.recorded:
+            # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
+            # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
+            presets = candidate_schemes(table)
+            if plan.no_trajectory is not None:  # no preset is fitted over trajectories the dump cannot tell apart
+                presets = [name for name in presets if not _needs_trajectories(get_scheme(name))]
+            candidates = [*presets, *values, *recorded_schemes, *([plan.given] if plan.given else [])]
+            detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
+            trained = from_recorded(detection, plan.given, RECORDED_ROW)
+            values[RECORDED_ROW] = torch.from_numpy(recorded_values(table)).to(encoded.device)
+
+        # One pass per scheme, counted per prompt group: the steps', the run's and the prompts' counts come from
+        # it. Beside the passes, what the prompt groups alone give (started first: what waits for them starts
+        # after the passes).
+        if groups is not None:
+            work.start(PROMPT_GROUPS, partial(with_trajectories, encoded, groups))
+        start_tallies(work, values, work.result(REFERENCE), layout, tol)
+        if groups is not None:
+            work.start(STEP_GROUP_SIZES, lambda: step_group_sizes(encoded, work.result(PROMPT_GROUPS)))
+            work.start(GROUP_COLUMNS, lambda: group_columns(encoded, work.result(PROMPT_GROUPS)))
+            work.start(HISTOGRAMS, lambda: histograms(work.result(PROMPT_GROUPS)))
+            work.start(SCHEME_COLUMNS, lambda: scheme_columns(groups, work.results(values), reference))
+        tallies = work.results(values)
+        group_results = {} if groups is None else work.results([PROMPT_GROUPS, *_GROUP_TASKS])
+    assert trained is not None
+    return _Computed(
+        values=values,
+        tallies=tallies,
+        trained=trained,
+        detection=detection,
+        groups=group_results.pop(PROMPT_GROUPS, None),
+        groups_unavailable=unavailable,
+        group_results=group_results,
+    )
+
+
+_GROUP_TASKS = (STEP_GROUP_SIZES, GROUP_COLUMNS, HISTOGRAMS, SCHEME_COLUMNS)
+
+
 def audit(
     table: pa.Table,
     schemes: SchemeList = DEFAULT_SCHEMES,
@@ -124,157 +280,74 @@ def audit(
     >>> int(rollaudit.audit(t).summary.loc["batch", "spurious_nonzero"])
     2
     """
-    import torch
-
-    from .encode import encode
-    from .kernel import scheme_notes, start_advantages
-    from .metrics import (
-        group_columns,
-        group_rows,
-        histograms,
-        scheme_columns,
-        step_group_sizes,
-        with_trajectories,
-    )
-    from .tally import Layout, Reference, start_tallies
-    from .threads import SideBySide
+    from .engine.encode import encode
+    from .kernel import scheme_notes
 
     started = time.perf_counter()
     table = validate_table(table)
-    resolved = resolve_schemes(schemes)
-    reference_scheme = named_scheme(reference)
-    reference_name = str(reference_scheme)
-    resolved.setdefault(reference_name, reference_scheme)
-    given = None if trained_with is None else str(named_scheme(trained_with))
-    recorded = has_recorded(table)
-    trained = None if recorded else from_config(given, facts_in(table).get("trained_default"))
-    if trained is not None and trained.scheme is not None:
-        resolved.setdefault(trained.scheme, named_scheme(trained.scheme))
-    not_auditable: dict[str, str] = {}
-    no_trajectory = trajectory_limit(table)
-    if no_trajectory is not None:
-        for name, scheme in resolved.items():
-            if _needs_trajectories(scheme):
-                not_auditable[name] = no_trajectory
-    if reference_name in not_auditable:
-        raise SchemeError(f"the reference {reference_name} cannot be audited on this dump: {no_trajectory}")
-    resolved = {name: scheme for name, scheme in resolved.items() if name not in not_auditable}
-    n_for_groups = next((scheme.n for scheme in (reference_scheme, *resolved.values()) if scheme.n), None)
+    plan = _plan(table, schemes, reference, trained_with)
     encoded = encode(table, device)
-    # One pool for the whole audit: the schemes, then a metric pass per scheme, each beside other work.
-    with SideBySide(encoded.device, len(resolved) + 4) as work:
-        start_advantages(work, encoded, resolved)
-        # Meanwhile, what reads only what the schemes' threads read: the prompt groups' rows, steps and sizes,
-        # and where the passes count (trajectories wait for a trajectory scheme's own units).
-        try:
-            groups, unavailable = group_rows(encoded, n_for_groups), None
-        except SchemeError as error:
-            groups, unavailable = None, error.line()
-        layout = (
-            Layout.of(encoded)
-            if groups is None
-            else Layout.of(encoded, groups.group, groups.count, groups.present, groups.step, groups.largest)
-        )
-        # The reference's signs, and its squares every pass shares, as soon as its advantages are there.
-        work.start(Reference, lambda: Reference.of(work.result(reference_name), tol).with_squares(layout))
-        # A scheme that cannot run on this dump is listed with its reason; the reference must run.
-        for name in list(resolved):
-            try:
-                work.result(name)
-            except SchemeError as error:
-                if name == reference_name:
-                    raise SchemeError(
-                        f"the reference {reference_name} cannot be audited on this dump: {error.message}",
-                        expected=error.expected,
-                    ) from None
-                reason = error.message.removeprefix(f"{name}: ")  # the list names the scheme itself
-                not_auditable[name] = reason + (f" (expected {error.expected})" if error.expected else "")
-                del resolved[name]
-        values = work.results(resolved)
+    computed = _compute(encoded, table, plan, tol, recorded_tolerance, recorded_schemes)
 
-        detection = None
-        if recorded:
-            # Fit before the recorded column joins ``values``: every audited scheme is a candidate too, and its
-            # advantages are reused rather than recomputed. Presets first, so that they win exact ties.
-            presets = candidate_schemes(table)
-            if no_trajectory is not None:  # no preset is fitted over trajectories the dump cannot tell apart
-                presets = [name for name in presets if not _needs_trajectories(get_scheme(name))]
-            candidates = [*presets, *values, *recorded_schemes, *([given] if given else [])]
-            detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
-            trained = from_recorded(detection, given, RECORDED_ROW)
-            recorded_tensor = torch.from_numpy(recorded_values(table)).to(encoded.device)
-            values = {**values, RECORDED_ROW: recorded_tensor}
-
-        # One pass per scheme, counted per prompt group: the steps' counts, the run's and the prompts' come from
-        # it. Beside the passes, what the prompt groups alone give.
-        if groups is not None:  # first: what waits for it starts after the passes
-            work.start(with_trajectories, partial(with_trajectories, encoded, groups))
-        start_tallies(work, values, work.result(Reference), layout, tol)
-        if groups is not None:
-            for task in (step_group_sizes, group_columns):
-                work.start(task, lambda task=task: task(encoded, work.result(with_trajectories)))
-            work.start(histograms, lambda: histograms(work.result(with_trajectories)))
-            work.start(
-                scheme_columns, lambda groups=groups: scheme_columns(groups, work.results(values), reference_name)
-            )
-        info = _info(table, encoded)
-        if unavailable is not None:
-            info["per_prompt_unavailable"] = unavailable
-        # The run's and the steps' frames here, while the pool makes the prompts' columns.
-        summary, per_step = _summary_and_steps(encoded, work.results(values))
-        if groups is not None:
-            by_group = work.results([with_trajectories, step_group_sizes, group_columns, histograms, scheme_columns])
-            groups = by_group[with_trajectories]
-
-    if groups is None:
-        group_histograms: dict[str, dict[int, int]] = {}
-        prompts = step_groups = pd.DataFrame()
-    else:
-        group_histograms = by_group[histograms]
-        # The columns are this audit's own arrays: the frame takes them as they are (no copy into 2-D blocks).
-        columns = {**by_group[group_columns], **by_group[scheme_columns]}
-        prompts = pd.DataFrame(columns, copy=False)
-        info["prompts"] = len(prompts)
-        info["trajectories"] = int(groups.trajectories.sum())
-        step_groups = pd.DataFrame(by_group[step_group_sizes])
-        if not step_groups.empty:
-            step_groups = step_groups.set_index("step")
-    if no_trajectory is not None:
+    info = _info(table, encoded)
+    if computed.groups_unavailable is not None:
+        info["per_prompt_unavailable"] = computed.groups_unavailable
+    summary, per_step = _summary_and_steps(encoded, computed.tallies)
+    prompts, step_groups, group_histograms = _prompt_frames(computed, info)
+    if plan.no_trajectory is not None:
         # Without a trajectory key a count of trajectories would be a count of samples: none is stated.
         info["trajectories"] = None
         group_histograms = {name: sizes for name, sizes in group_histograms.items() if "trajector" not in name}
         prompts = prompts.drop(columns=["trajectories"], errors="ignore")
         step_groups = step_groups.drop(columns=["trajectories"], errors="ignore")
-
-    notes = {name: scheme_notes(encoded, scheme) for name, scheme in resolved.items()}
+    notes = {name: scheme_notes(encoded, scheme) for name, scheme in plan.schemes.items()}
     if any(notes.values()):
         info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
-    assert trained is not None
-    residues = _trained_residues(encoded, trained, not_auditable, tol, values.get(str(trained.scheme)))
+    trained = computed.trained
+    residues = _trained_residues(encoded, trained, plan.not_auditable, tol, computed.values.get(str(trained.scheme)))
     if residues is not None:
         info["rounding_residues"] = residues
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
-    if trained.row is not None and trained.row in not_auditable:
+    if trained.row is not None and trained.row in plan.not_auditable:
         trained = replace(trained, row=None)
     return Report(
-        reference=reference_name,
-        schemes=list(resolved),
-        not_auditable=not_auditable,
+        reference=plan.reference,
+        schemes=list(plan.schemes),
+        not_auditable=plan.not_auditable,
         trained_with=trained,
         summary=summary,
         per_step=per_step,
         per_prompt=prompts,
         histograms=group_histograms,
         info=info,
-        detection=detection,
+        detection=computed.detection,
         step_groups=step_groups,
         advantages=(
-            pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+            pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in computed.values.items()})
             if keep_advantages
             else None
         ),
     )
+
+
+def _prompt_frames(
+    computed: _Computed, info: dict[str, Any]
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict[int, int]]]:
+    """``Report.per_prompt``, ``Report.step_groups`` and the group-size histograms (empty without prompt groups);
+    ``info`` gets the counts of prompts and trajectories."""
+    groups, results = computed.groups, computed.group_results
+    if groups is None:
+        return pd.DataFrame(), pd.DataFrame(), {}
+    # The columns are this audit's own arrays: the frame takes them as they are (no copy into 2-D blocks).
+    prompts = pd.DataFrame({**results[GROUP_COLUMNS], **results[SCHEME_COLUMNS]}, copy=False)
+    info["prompts"] = len(prompts)
+    assert groups.trajectories is not None
+    info["trajectories"] = int(groups.trajectories.sum())
+    step_groups = pd.DataFrame(results[STEP_GROUP_SIZES])
+    if not step_groups.empty:
+        step_groups = step_groups.set_index("step")
+    return prompts, step_groups, results[HISTOGRAMS]
 
 
 def _trained_residues(
@@ -318,11 +391,14 @@ def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.
     return summary, per_step
 
 
-def _info(table: pa.Table, encoded: object) -> dict:
+def _info(table: pa.Table, encoded: Encoded) -> dict[str, Any]:
     """Counts and data issues: how many samples, steps, keys present, non-finite rewards."""
     rewards = encoded.reward
-    nonfinite = [] if encoded.all_finite else (~encoded.finite).nonzero().flatten().cpu().numpy()
-    info = {
+    nonfinite, first_nonfinite = 0, []
+    if not encoded.all_finite:
+        rows = (~encoded.finite).nonzero().flatten()
+        nonfinite, first_nonfinite = rows.numel(), rows[:20].tolist()
+    info: dict[str, Any] = {
         "samples": int(encoded.rows),
         "steps": int(encoded.steps),
         "step_values": [int(step) for step in encoded.step_values],
@@ -330,11 +406,11 @@ def _info(table: pa.Table, encoded: object) -> dict:
         "trajectories": 0,
         "with_prompt_key": int(table.num_rows - table.column(PROMPT).null_count),
         "with_trajectory_key": int(table.num_rows - table.column(TRAJECTORY).null_count),
-        "nonfinite_rewards": len(nonfinite),
+        "nonfinite_rewards": nonfinite,
     }
-    if len(nonfinite):
-        info["nonfinite_rows"] = [int(row) for row in nonfinite[:20]]
-        info["nonfinite_values"] = [str(float(rewards[row])) for row in nonfinite[:20]]
+    if nonfinite:
+        info["nonfinite_rows"] = first_nonfinite
+        info["nonfinite_values"] = [str(float(rewards[row])) for row in first_nonfinite]
     # What the loader found, in the framework's own words: how the samples were grouped, what was left out.
     formats = loaded_formats(table)
     if formats:

@@ -27,7 +27,7 @@ from .schemes import PRESETS, Scheme, get_scheme
 if TYPE_CHECKING:
     import torch
 
-    from .encode import Encoded
+    from .engine.encode import Encoded
 
 DEFAULT_RECORDED_TOLERANCE = 1e-4
 """Recorded advantages are often stored as float32 (TRL parquet, bf16-free slime dumps): 1e-4 is far above
@@ -71,24 +71,29 @@ class PresetFit(NamedTuple):
 def has_recorded(table: pa.Table) -> bool:
     """Whether any row of a canonical table holds a recorded advantage (a metadata check: reads no values)."""
     column = table.column(RECORDED_ADVANTAGE)
-    return column.null_count < len(column)
+    null_count: int = column.null_count
+    return null_count < len(column)
 
 
 def recorded_values(table: pa.Table) -> np.ndarray:
     """The recorded advantage of every row as float64, NaN where none was recorded (the audit's ``recorded`` row)."""
     column = table.column(RECORDED_ADVANTAGE).cast(pa.float64())
     # A writable copy: torch.from_numpy warns on Arrow's read-only buffers.
-    return pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    values: np.ndarray = pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    return values
 
 
 def _recorded_on(table: pa.Table, present: np.ndarray) -> np.ndarray:
     """The recorded values of the ``present`` rows, float64 (a recorded NaN stays NaN)."""
-    return table.column(RECORDED_ADVANTAGE).to_numpy(zero_copy_only=False).astype(np.float64)[present]
+    values = table.column(RECORDED_ADVANTAGE).to_numpy(zero_copy_only=False).astype(np.float64)
+    present_values: np.ndarray = values[present]
+    return present_values
 
 
 def recorded_mask(table: pa.Table) -> np.ndarray:
     """True on the rows that hold a recorded advantage (null means the trainer's value is unknown)."""
-    return pc.is_valid(table.column(RECORDED_ADVANTAGE)).to_numpy(zero_copy_only=False)
+    mask: np.ndarray = pc.is_valid(table.column(RECORDED_ADVANTAGE)).to_numpy(zero_copy_only=False)
+    return mask
 
 
 def error_scale(recorded: np.ndarray) -> float:
@@ -104,7 +109,7 @@ def error_scale(recorded: np.ndarray) -> float:
 def advantage_errors(recorded: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
     """``|recorded - recomputed|`` per row; both NaN counts as a match (0), exactly one NaN as inf."""
     both_nan = np.isnan(recorded) & np.isnan(recomputed)
-    errors = np.abs(recorded - recomputed)
+    errors: np.ndarray = np.abs(recorded - recomputed)
     errors[both_nan] = 0.0
     errors[np.isnan(errors)] = np.inf  # one side NaN (or inf against inf of the other sign)
     return errors
@@ -206,7 +211,7 @@ def fit_presets(
     >>> fit_presets(t)[0].scheme
     'dr-grpo'
     """
-    from .encode import encode
+    from .engine.encode import encode
 
     table = validate_table(table)
     if not has_recorded(table):
@@ -335,9 +340,9 @@ class Detection:
 
         An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
         """
-        from .._json import json_value
+        from .._json import json_object
 
-        return json_value(
+        return json_object(
             {
                 "best_match": self.best_match,
                 "matched": self.matched,
@@ -368,7 +373,7 @@ def detect_scheme(
     >>> rollaudit.detect_scheme(t).best_match
     'dr-grpo'
     """
-    from .encode import encode
+    from .engine.encode import encode
 
     table = validate_table(table)
     if not has_recorded(table):

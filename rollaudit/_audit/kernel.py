@@ -23,23 +23,23 @@ import torch
 
 from .._errors import NotAuditable, SchemeError
 from .._table import PROMPT, STEP, TRAJECTORY
-from .encode import F64, Encoded, gather
-from .groups import (
+from .engine.encode import F64, Encoded
+from .engine.groups import (
     NO_RANK,
     Segments,
     Units,
     by_steps,
     first_ranks,
-    group_codes,
+    grouping_of,
     last_ranks,
     member_groups,
     step_segments,
-    trajectory_units,
     ungrouped_rows,
 )
+from .engine.sizing import gather
+from .engine.threads import SideBySide
 from .moments import moment_advantages
 from .schemes import Scheme
-from .threads import SideBySide
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # verl's masked_whiten: the small constants of its masked mean and its variance.
@@ -349,8 +349,9 @@ def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
             f"mean 0 and std 0, so they {how}, as in AReaL (issue #1673)"
         )
     if scheme.singleton == "nan":
-        groups, count = group_codes(enc.with_reward(scheme.reward), scheme)
-        units = trajectory_units(enc, groups, count) if scheme.members == "trajectories" else None
+        grouping = grouping_of(enc.with_reward(scheme.reward), scheme)
+        groups, count = grouping.codes, grouping.count
+        units = grouping.units if scheme.members == "trajectories" else None
         members = torch.bincount(groups if units is None else units.group, minlength=count + 1)[:count]
         lone = members == 1
         if bool(lone.any()):
@@ -381,7 +382,7 @@ def start_advantages(work: SideBySide, enc: Encoded, schemes: Mapping[str, Schem
     for name, scheme in schemes.items():
         if name not in steps_first:
             try:
-                group_codes(enc, scheme)
+                grouping_of(enc, scheme)
             except SchemeError:
                 break  # raised again by this scheme's own advantages, when its result is asked for
     rest = [name for name in schemes if name not in steps_first]

@@ -18,11 +18,12 @@ import pyarrow as pa
 import torch
 
 from .._table import PROMPT
-from .encode import F64, Encoded, fresh, gather, pieces
-from .groups import group_codes, segments_of, trajectory_units
+from .engine.encode import F64, Encoded
+from .engine.groups import Grouping, grouping_of
+from .engine.sizing import counted_in_bins, fresh, gather, pieces
+from .engine.tally import Sums, Tally, named_counts
 from .metric_names import METRICS
 from .schemes import Scheme
-from .tally import Sums, Tally, named_counts
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -34,12 +35,11 @@ def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
 class Groups:
     """Prompt groups of a table and the trajectories inside them, for histograms and per-prompt rows.
 
-    ``group`` holds the compact codes the ``prompt`` scheme groups by (gaps allowed); ``present`` the codes
+    ``grouping`` holds the compact codes the ``prompt`` scheme groups by (gaps allowed); ``present`` the codes
     that have rows, in (step, key) order, and the other per-group fields are for those, in that order.
     """
 
-    group: torch.Tensor  # per row: (step, prompt) group code
-    count: int  # group codes, gaps included
+    grouping: Grouping  # per row: its (step, prompt) group code; the code count, gaps included
     present: torch.Tensor  # the codes with rows, ascending
     row: torch.Tensor  # per present group: one of its rows (every row of a group has its step and prompt key)
     step: torch.Tensor  # per present group: its step code
@@ -48,20 +48,32 @@ class Groups:
     trajectories: torch.Tensor | None = None  # per present group: distinct trajectories (a keyless sample is one)
     trajectory_size_counts: torch.Tensor | None = None  # per sample count: trajectories of that size (0 unused)
 
+    @property
+    def group(self) -> torch.Tensor:
+        """Each row's group code."""
+        return self.grouping.codes
+
+    @property
+    def count(self) -> int:
+        """How many group codes there are, gaps included."""
+        return self.grouping.count
+
 
 def group_rows(enc: Encoded, n: int | None = None) -> Groups:
     """The (step, prompt) groups the ``prompt`` scheme uses (slices of n for keyless steps), its own codes never
     coded again, without their trajectories (see :func:`with_trajectories`): what this reads, the schemes'
     threads only read too, so it can be made while they run."""
-    group, count = group_codes(enc, Scheme(groups="prompt", n=n, name="per-prompt"))
+    grouping = grouping_of(enc, Scheme(groups="prompt", n=n, name="per-prompt"))
+    group, count = grouping.codes, grouping.count
     # The sizes the kernel counted for the prompt scheme (shared segments): no second count over the rows.
-    samples = segments_of(enc, group, count).sizes.to(torch.int64)
+    samples = grouping.segments.sizes.to(torch.int64)
     present = torch.arange(count, device=enc.device) if bool((samples > 0).all()) else torch.nonzero(samples).flatten()
     if count > 2 * present.numel() + 1024:
         # Sparse codes (keys with wide gaps): made dense, so that per-group counts stay as small as the groups.
         code_of = torch.full((count,), -1, dtype=torch.int64, device=enc.device)
         code_of[present] = torch.arange(present.numel(), device=enc.device)
         group, count = gather(code_of, group), present.numel()
+        grouping = Grouping(enc, group, count)
         samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
     every = present.numel() == count
     # Any row of a group will do: each row writes its number to its group's slot (a plain scatter, half the
@@ -71,8 +83,7 @@ def group_rows(enc: Encoded, n: int | None = None) -> Groups:
         row.scatter_(0, group[rows], torch.arange(rows.start, rows.stop, out=numbers))
     row = row if every else row.index_select(0, present)
     return Groups(
-        group=group,
-        count=count,
+        grouping=grouping,
         present=present,
         row=row,
         step=enc.step_of(row),
@@ -84,7 +95,7 @@ def group_rows(enc: Encoded, n: int | None = None) -> Groups:
 def with_trajectories(enc: Encoded, groups: Groups) -> Groups:
     """``groups`` with their trajectories counted: the trajectory units of their codes (a trajectory scheme's
     own, where one made them)."""
-    units = trajectory_units(enc, groups.group, groups.count)
+    units = groups.grouping.units
     if units is None:  # every sample a trajectory of its own
         trajectories = groups.samples
         size_counts = torch.tensor([0, enc.rows], dtype=torch.int64, device=enc.device)
@@ -134,8 +145,14 @@ def histogram(counts: torch.Tensor) -> dict[int, int]:
     return {int(value): int(count) for value, count in zip(values.tolist(), counts[values].tolist(), strict=True)}
 
 
+def _trajectories(groups: Groups) -> torch.Tensor:
+    assert groups.trajectories is not None, "with_trajectories first"
+    return groups.trajectories
+
+
 def histograms(groups: Groups) -> dict[str, dict[int, int]]:
     """The spec's three group-size histograms."""
+    assert groups.trajectories is not None and groups.trajectory_size_counts is not None, "with_trajectories first"
     return {
         "samples_per_prompt": histogram(torch.bincount(groups.samples)),
         "trajectories_per_prompt": histogram(torch.bincount(groups.trajectories)),
@@ -146,7 +163,7 @@ def histograms(groups: Groups) -> dict[str, dict[int, int]]:
 def group_columns(enc: Encoded, groups: Groups) -> dict[str, np.ndarray | list]:
     """The per-prompt columns of the groups themselves, one row per (step, prompt): step, prompt key, samples,
     trajectories, reward mean (over the finite rewards)."""
-    segments = segments_of(enc, groups.group, groups.count)
+    segments = groups.grouping.segments
     if enc.all_finite:
         reward_sum, reward_count = segments.kept_sum(enc.reward), groups.samples.to(F64)
     else:
@@ -159,7 +176,7 @@ def group_columns(enc: Encoded, groups: Groups) -> dict[str, np.ndarray | list]:
         "step": enc.step_values[groups.step.cpu().numpy()],
         "prompt": np.array(keys.to_numpy()) if keys.null_count == 0 else keys.to_pylist(),
         "samples": groups.samples.cpu().numpy(),
-        "trajectories": groups.trajectories.cpu().numpy(),
+        "trajectories": _trajectories(groups).cpu().numpy(),
         "mean_reward": _ratio(_of_present(groups, reward_sum), reward_count).cpu().numpy(),
     }
 
@@ -232,7 +249,7 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
         "step": torch.from_numpy(enc.step_values).to(sizes.device),
         "prompts": prompts,
         "samples": samples.to(torch.int64),
-        "trajectories": torch.bincount(step, weights=groups.trajectories.to(F64), minlength=enc.steps).to(torch.int64),
+        "trajectories": torch.bincount(step, _trajectories(groups).to(F64), minlength=enc.steps).to(torch.int64),
         "smallest_group": at(starts),
         "median_group": (at(starts + (count - 1) // 2) + at(starts + count // 2)).to(F64) / 2,
         "largest_group": at((ends - 1).clamp_(min=0)),
@@ -245,7 +262,7 @@ def step_group_sizes(enc: Encoded, groups: Groups) -> dict[str, np.ndarray]:
 def _distinct_counts(keys: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct values of non-negative int64 ``keys`` below ``span``, ascending, and how many of each: counted
     into ``span`` bins where they are few enough (one pass, no sort), else sorted."""
-    if span <= 4 * keys.numel() + 1024:
+    if counted_in_bins(span, keys.numel()):
         counts = torch.bincount(keys, minlength=span)
         distinct = torch.nonzero(counts).flatten()
         return distinct, counts.index_select(0, distinct)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from .encode import F64
-from .groups import Segments
+from .engine.encode import F64
+from .engine.groups import Segments
 from .schemes import Scheme
 
 LANES = 4
@@ -81,7 +81,7 @@ def _lane_sums(
                 before[:, at] = total
             total = total + dense[:, at]
         lane_total[lanes] = total
-        if without_own is not None:
+        if without_own is not None and before is not None:
             without_own[held] = before[rows, slots]
     lanes_of_member = lane_total.view(-1, LANES, columns)[group]
     if without_own is not None:

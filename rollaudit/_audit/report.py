@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .._json import json_value
+from .._json import json_object
 from .trained import TrainedWith
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class Report:
         document["trained_with"] = self.trained_with.to_dict()
         document["advice"] = self.advice
         document["not_auditable"] = dict(self.not_auditable)
-        return json_value(document)
+        return json_object(document)
 
     def _repr_html_(self) -> str:
         """The HTML report in a notebook cell: verdict, tables and figures (the page ``--html`` writes)."""

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from .groups import group_codes
+from .engine.groups import grouping_of
 from .schemes import Scheme, get_scheme, rounding_fix
 
 if TYPE_CHECKING:
-    from .encode import Encoded
+    from .engine.encode import Encoded
 
 
 class Residues(NamedTuple):
@@ -40,9 +40,9 @@ def _constant_group_rows(encoded: Encoded, scheme: Scheme) -> torch.Tensor:
     """True on the rows of a group whose finite rewards are all one value (NaN and inf left out)."""
     from .kernel import finite_extremes
 
-    codes, count = group_codes(encoded, scheme)
-    low, high = finite_extremes(encoded, codes, count)
-    return (low == high).index_select(0, codes)
+    grouping = grouping_of(encoded, scheme)
+    low, high = finite_extremes(encoded, grouping.codes, grouping.count)
+    return (low == high).index_select(0, grouping.codes)
 
 
 def rounding_residues(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .._errors import SchemeError, did_you_mean
 
@@ -135,7 +135,7 @@ class Scheme:
         for key, choices in _CHOICES.items():
             value = getattr(self, key)
             if value not in choices:
-                raise SchemeError(f"{label}: {key}={value!r} is not one of {', '.join(choices)}")
+                raise SchemeError(f"{label}: {key}={value!r} is not one of {', '.join(map(str, choices))}")
         if not (isinstance(self.eps, (int, float)) and self.eps >= 0):
             raise SchemeError(f"{label}: eps={self.eps!r} must be a number >= 0")
         for key in ("n", "batch_size"):
@@ -158,7 +158,7 @@ class Scheme:
             raise SchemeError(f"{label} needs n (samples per prompt), e.g. {label.split('(')[0]}(n=8)")
         return self.n
 
-    def with_options(self, **options: object) -> Scheme:
+    def with_options(self, **options: Any) -> Scheme:
         """A copy with some fields changed (validated like a new scheme)."""
         return dataclasses.replace(self, **options)
 
@@ -185,9 +185,10 @@ def _literal_choices(annotation: object) -> tuple[object, ...] | None:
         return get_args(annotation)
     if get_origin(annotation) is Union:
         parts = [_literal_choices(arm) for arm in get_args(annotation) if arm is not type(None)]
-        if parts and all(part is not None for part in parts):
+        literal_parts = [part for part in parts if part is not None]
+        if parts and len(literal_parts) == len(parts):
             nullable = (None,) if type(None) in get_args(annotation) else ()
-            return tuple(value for part in parts for value in part) + nullable  # type: ignore[union-attr]
+            return tuple(value for part in literal_parts for value in part) + nullable
     return None
 
 
@@ -203,8 +204,8 @@ _RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2
 _NEMO_FIX = "the defect NeMo-RL PR #4158 fixes"
 
 
-def _preset(name: str, notes: PresetNotes, **fields: object) -> Scheme:
-    return Scheme(name=name, notes=notes, **fields)  # type: ignore[arg-type]
+def _preset(name: str, notes: PresetNotes, **fields: Any) -> Scheme:
+    return Scheme(name=name, notes=notes, **fields)
 
 
 PRESETS: dict[str, Scheme] = {
@@ -585,7 +586,7 @@ def get_scheme(spec: str | Scheme) -> Scheme:
     name, arguments = match.group(1), match.group(2)
     if name not in PRESETS:
         raise SchemeError(f"unknown scheme {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}")
-    options: dict[str, object] = {}
+    options: dict[str, Any] = {}  # each value's type is checked by Scheme.__post_init__
     for item in filter(None, (part.strip() for part in (arguments or "").split(","))):
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not value:
@@ -607,7 +608,7 @@ def split_schemes(text: str) -> list[str]:
     """Split ``"batch,prompt(n=8, scale=none)"`` on the commas outside parentheses."""
     parts: list[str] = []
     depth = 0
-    current = []
+    current: list[str] = []
     for char in text:
         if char == "(":
             depth += 1

@@ -19,8 +19,9 @@ from functools import partial
 
 import torch
 
-from .encode import F64, Encoded, any_nan, fresh
+from .encode import F64, Encoded, any_nan
 from .groups import Piece, Segments, step_segments
+from .sizing import fresh, piece_size
 from .threads import SideBySide
 
 # Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
@@ -45,10 +46,6 @@ SPURIOUS = _codes_where(lambda scheme, reference: scheme != 0 and reference == 0
 CLASSES = ("compared", "flipped", "spurious", "nonzero_reference", "strict")
 _CLASS_CODES = (COMPARED, FLIPPED, SPURIOUS, NONZERO_REFERENCE, STRICT)
 FLOATS = ("abs_diff", "cross", "scheme_square", "reference_square", "token_flips", "token_compared")
-
-# Rows per piece on the CPU: its buffers (2 MB of float64) stay warm from piece to piece, and a pass's buffers in
-# all (~20 MB a thread) are few fresh pages (with 1M rows: a third more page faults per audit, no faster).
-PIECE = 1 << 18
 
 
 def sign(values: torch.Tensor, tol: float) -> torch.Tensor:
@@ -163,13 +160,9 @@ class Layout:
             held = self._buffers[key] = fresh(rows, dtype, self.group.device)
         return held[:rows]
 
-    def piece_rows(self, rows: int) -> int:
-        """Rows per piece of the pass: ``PIECE`` on the CPU, all of them on a GPU."""
-        return max(min(PIECE, rows) if self.group.device.type == "cpu" else rows, 1)
-
     def pieces(self, rows: int) -> Iterator[Piece]:
-        """Slices of :meth:`piece_rows` rows, with the steps each holds."""
-        return self.by_step.pieces(rows, self.piece_rows(rows))
+        """Slices of :func:`~.sizing.piece_size` rows, with the steps each holds."""
+        return self.by_step.pieces(rows)
 
     def count_per_step(self, per_group: torch.Tensor) -> torch.Tensor:
         """Int64 counts per group code summed per step, exactly (``per_group`` is used up: summed in place)."""
@@ -276,7 +269,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     token_lengths = layout.token_lengths
     # Without a NaN on either side every sample is compared: no mask, and the reference's squares are shared.
     everywhere = not reference.any_nan and not any_nan(scheme)
-    size = layout.piece_rows(rows)
+    size = piece_size(rows, device)
     product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
     signs_buffer, pair_buffer = layout.buffer("signs", size, torch.int8), layout.buffer("pair", size, torch.int8)
     index, packed = layout.buffer("index", size, torch.int32), layout.buffer("packed", size, torch.int64)
@@ -320,6 +313,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
             flipped = torch.ne(signs, reference.sign[piece.rows], out=flipped_rows[:n])
             if defined is not None:
                 flipped &= defined
+            assert layout.known_length is not None  # token lengths known: so are the lengths
             known_length = layout.known_length[piece.rows]
             steps.add_sums(floats["token_flips"], torch.mul(known_length, flipped, out=product[:n]), piece)
             if defined is not None:
@@ -335,6 +329,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
         steps.add_sums(floats["cross"], torch.mul(scaled, r, out=product[:n]), piece)
         steps.add_sums(floats["scheme_square"], torch.mul(scaled, s, out=product[:n]), piece)
         if not everywhere:
+            assert weight is not None  # some sample left out: weighted by ``defined``
             scaled = torch.mul(weight, r, out=weighted[:n])
             steps.add_sums(floats["reference_square"], torch.mul(scaled, r, out=product[:n]), piece)
     if itself:

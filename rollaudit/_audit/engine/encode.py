@@ -4,10 +4,6 @@
 metric reads its tensors, each made on first use. Key columns become compact
 integer codes (a small key range used as it is, a wide one densified), so
 that every later grouping is a scatter over dense codes.
-
-On the CPU, fresh memory is a cost of its own (first touches of new pages
-can cost as much as the arithmetic on them), so two-step passes run piece by
-piece through a small buffer (:func:`pieces`).
 """
 
 from __future__ import annotations
@@ -16,61 +12,19 @@ import copy
 import warnings
 from collections.abc import Iterator
 from functools import cached_property
+from typing import TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from .._errors import SchemeError
-from .._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
+from ..._errors import SchemeError
+from ..._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
+from .sizing import counted_in_bins, fresh, pieces
 
 F64 = torch.float64
-
-# Rows per piece of a two-step vector operation (square then sum, gather then multiply): the
-# intermediate lives in a small buffer that stays in cache, never in a fresh buffer per row.
-PIECE = 1 << 18
-
-
-def piece_size(rows: int, device: torch.device) -> int:
-    """Rows per piece: at most ``PIECE`` on the CPU, all of them on a GPU (where each piece costs a launch)."""
-    return max(min(PIECE, rows) if device.type == "cpu" else rows, 1)
-
-
-def pieces(rows: int, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Slices of :func:`piece_size` rows, each with a buffer of its length: one buffer, reused from piece to
-    piece."""
-    step = piece_size(rows, device)
-    buffer = torch.empty(step, dtype=dtype, device=device)
-    for start in range(0, rows, step):
-        stop = min(start + step, rows)
-        yield slice(start, stop), buffer[: stop - start]
-
-
-_NUMPY_TYPES = {
-    torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
-    torch.int8: np.int8, torch.bool: np.bool_,
-}  # fmt: skip
-
-
-def fresh(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised tensor of ``rows`` elements, for an ``out=`` or a fill.
-
-    On the CPU its memory comes from numpy, whose allocator puts large blocks
-    on transparent huge pages whatever the order of imports; PyTorch's does
-    so only when ``THP_MEM_ALLOC_ENABLE`` was set before torch was imported
-    (``import rollaudit`` sets it, if it comes first). On 4 KB pages the
-    first touch of a fresh 40 MB tensor costs 2-3x more, and on a 5M-row
-    table most passes write fresh tensors.
-    """
-    if device.type != "cpu" or dtype not in _NUMPY_TYPES:
-        return torch.empty(rows, dtype=dtype, device=device)
-    return torch.from_numpy(np.empty(rows, dtype=_NUMPY_TYPES[dtype]))
-
-
-def gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``values[index]`` into a :func:`fresh` tensor."""
-    return torch.index_select(values, 0, index, out=fresh(index.numel(), values.dtype, values.device))
+T = TypeVar("T")
 
 
 def any_nan(values: torch.Tensor) -> bool:
@@ -101,7 +55,7 @@ def compact_codes(keys: torch.Tensor, owned: bool = False) -> tuple[torch.Tensor
         return keys.clone(), 0
     low, high = (int(bound) for bound in torch.aminmax(keys))
     span = high - low + 1
-    if span <= 4 * keys.numel() + 1024:
+    if counted_in_bins(span, keys.numel()):
         if low == 0:
             return keys, span
         return (keys.sub_(low) if owned else keys - low), span
@@ -121,7 +75,7 @@ def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
     if low == high:
         return torch.zeros_like(keys), 1
     span = high - low + 1
-    if span <= 4 * count + 1024:
+    if counted_in_bins(span, count):
         present = torch.zeros(span, dtype=torch.int64, device=keys.device)
         shifted = keys - low
         present[shifted] = 1
@@ -186,14 +140,21 @@ class Encoded:
         self.table = table
         self.device = device
         self.rows = table.num_rows
-        self._groups: dict = {}
+        self.reward_column = REWARD
         self._keys: dict[str, tuple[torch.Tensor, int]] = {}
         self._present: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self._views: dict[str, Encoded] = {}
-        self.reward_column = REWARD
+        self._derived: dict[type, object] = {}
+        # Made on first use; a reward view makes its own rewards and shares everything else.
+        self._reward: torch.Tensor | None = None
+        self._finite: torch.Tensor | None = None
+        self._all_finite: bool | None = None
+        self._step_codes: torch.Tensor | None = None
+        self._batch_rank: torch.Tensor | None = None
 
     def with_reward(self, column: str) -> Encoded:
-        """The same table with another numeric column as its rewards (codes, steps and orders shared)."""
+        """The same table with another numeric column as its rewards (codes, steps, orders and what was derived from
+        them shared)."""
         if column == self.reward_column:
             return self
         if column not in self._views:
@@ -203,30 +164,43 @@ class Encoded:
             if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
                 raise SchemeError(f"column {column!r} has type {kind}, which is no reward", expected="numbers")
             view = copy.copy(self)
-            for name in ("reward", "finite", "all_finite"):
-                view.__dict__.pop(name, None)
             view.reward_column = column
+            view._reward = view._finite = view._all_finite = None
             self._views[column] = view
         return self._views[column]
+
+    def derived(self, kind: type[T]) -> T:
+        """The one ``kind()`` of this table, made on first use: what later code derives from these tensors and keeps
+        while they live (the group cache of :mod:`.groups`), shared with the reward views."""
+        held = self._derived.get(kind)
+        if held is None:
+            held = self._derived[kind] = kind()
+        return cast(T, held)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
-    @cached_property
+    @property
     def reward(self) -> torch.Tensor:
-        column = self.table.column(self.reward_column)
-        if column.null_count:  # a null reward is unknown: NaN, left out and counted like one
-            column = pc.fill_null(column.cast(pa.float64()), np.nan)
-        return self._to_device(_tensor(_numpy(column, np.float64)))
+        if self._reward is None:
+            column = self.table.column(self.reward_column)
+            if column.null_count:  # a null reward is unknown: NaN, left out and counted like one
+                column = pc.fill_null(column.cast(pa.float64()), np.nan)
+            self._reward = self._to_device(_tensor(_numpy(column, np.float64)))
+        return self._reward
 
-    @cached_property
+    @property
     def finite(self) -> torch.Tensor:
-        return torch.isfinite(self.reward)
+        if self._finite is None:
+            self._finite = torch.isfinite(self.reward)
+        return self._finite
 
-    @cached_property
+    @property
     def all_finite(self) -> bool:
-        # A finite float64 sum proves every term finite (NaN and inf propagate) without a mask pass.
-        return bool(torch.isfinite(self.reward.sum())) or bool(self.finite.all())
+        if self._all_finite is None:
+            # A finite float64 sum proves every term finite (NaN and inf propagate) without a mask pass.
+            self._all_finite = bool(torch.isfinite(self.reward.sum())) or bool(self.finite.all())
+        return self._all_finite
 
     @cached_property
     def _steps(self) -> tuple[torch.Tensor | None, np.ndarray, torch.Tensor | None]:
@@ -267,22 +241,25 @@ class Encoded:
         """Each step's row count when the rows are sorted by step (every step one run), else None."""
         return self._steps[2]
 
-    @cached_property
+    @property
     def step(self) -> torch.Tensor:
         """Dense step code of each row (for steps in runs, made here: most passes go run by run and never ask)."""
-        codes, _, runs = self._steps
-        if self.single_step:  # one step: a stride-0 view of a single 0, no buffer per row
-            return torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
-        if codes is None:
-            assert runs is not None
-            return torch.repeat_interleave(torch.arange(self.steps, device=self.device), runs, output_size=self.rows)
-        return codes
+        if self._step_codes is None:
+            codes, _, runs = self._steps
+            if self.single_step:  # one step: a stride-0 view of a single 0, no buffer per row
+                codes = torch.zeros(1, dtype=torch.int64, device=self.device).expand(self.rows)
+            elif codes is None:
+                assert runs is not None
+                steps = torch.arange(self.steps, device=self.device)
+                codes = torch.repeat_interleave(steps, runs, output_size=self.rows)
+            self._step_codes = codes
+        return self._step_codes
 
     def step_of(self, rows: torch.Tensor) -> torch.Tensor:
         """The step codes of some rows (found among the step runs where there are runs: no code per row)."""
         if self.single_step:
             return torch.zeros_like(rows)
-        if self.step_runs is not None and "step" not in self.__dict__:
+        if self.step_runs is not None and self._step_codes is None:
             return torch.searchsorted(torch.cumsum(self.step_runs, 0), rows, right=True)
         return self.step.index_select(0, rows)
 
@@ -367,23 +344,26 @@ class Encoded:
             order = order[torch.sort(self.step[order], stable=True).indices]
         return order
 
-    @cached_property
+    @property
     def batch_rank(self) -> torch.Tensor:
         """Each row's place in the batch order of the whole table (steps ascending)."""
-        if self._positions_are_ranks:  # no arange to build
-            return self.position
-        rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
-        order = self._row_order
-        if order is None:
-            return rows
-        rank = torch.empty_like(order)
-        rank[order] = rows
-        return rank
+        if self._batch_rank is None:
+            if self._positions_are_ranks:  # no arange to build
+                self._batch_rank = self.position
+            else:
+                rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
+                order = self._row_order
+                if order is None:
+                    self._batch_rank = rows
+                else:
+                    self._batch_rank = torch.empty_like(order)
+                    self._batch_rank[order] = rows
+        return self._batch_rank
 
     def batch_rank_pieces(self) -> Iterator[tuple[slice, torch.Tensor]]:
         """``batch_rank`` a piece of rows at a time: where the rows are in batch order and the ranks were not
         built, each piece counts its own into one small buffer (no rank tensor of the table's length)."""
-        if "batch_rank" in self.__dict__ or self._row_order is not None or self._positions_are_ranks:
+        if self._batch_rank is not None or self._row_order is not None or self._positions_are_ranks:
             ranks = self.batch_rank
             yield from ((rows, ranks[rows]) for rows, _ in pieces(self.rows, torch.int64, self.device))
             return

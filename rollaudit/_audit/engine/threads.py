@@ -3,7 +3,7 @@ an idle core. On a GPU, or with one torch thread, tasks run one after another in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -11,8 +11,8 @@ import torch
 
 
 class SideBySide:
-    """Tasks started by name, their results collected in the order asked for, so that the first failing task of
-    that order raises its error, as it would one task after another.
+    """Tasks started by name (plain words), their results collected in the order asked for, so that the first
+    failing task of that order raises its error, as it would one task after another.
 
     >>> with SideBySide(torch.device("cpu"), tasks=2) as work:
     ...     work.start("a", lambda: 1)
@@ -28,7 +28,7 @@ class SideBySide:
             if device.type == "cpu" and workers >= 2
             else None
         )
-        self._started: dict[Hashable, Future] = {}
+        self._started: dict[str, Future] = {}
 
     def __enter__(self) -> SideBySide:
         return self
@@ -37,7 +37,7 @@ class SideBySide:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def start(self, name: Hashable, task: Callable[[], Any]) -> None:
+    def start(self, name: str, task: Callable[[], Any]) -> None:
         """Start ``task`` (in a thread where there is a pool; here and now otherwise, its error kept for later)."""
         if self._pool is not None:
             self._started[name] = self._pool.submit(task)
@@ -49,11 +49,11 @@ class SideBySide:
             done.set_exception(error)
         self._started[name] = done
 
-    def result(self, name: Hashable) -> Any:
+    def result(self, name: str) -> Any:
         """One task's result (waiting for it); its error if it failed."""
         return self._started[name].result()
 
-    def results(self, names: Iterable[Hashable]) -> dict[Hashable, Any]:
+    def results(self, names: Iterable[str]) -> dict[str, Any]:
         """The results of ``names``, by name, in that order."""
         return {name: self.result(name) for name in names}
 

@@ -1,11 +1,11 @@
 """Which rows share a baseline: group codes of a scheme, trajectory units inside groups, and segment sums.
 
-:func:`group_codes` gives each row the code of its group under a scheme's
-``groups`` (the whole step, its prompt, a positional slice, slime's legacy
-rule); :func:`trajectory_units` the (group, trajectory) unit of each row for
-schemes whose members are trajectories; :class:`Segments` sums values per
-group and spreads per-group values back to rows. Codes are cached on the
-:class:`~.encode.Encoded` table, so schemes with the same groups share them.
+:func:`grouping_of` gives the :class:`Grouping` of a scheme's ``groups`` (the
+whole step, its prompt, a positional slice, slime's legacy rule): each row's
+group code, the groups as :class:`Segments` (sums per group, per-group values
+spread back to rows) and, for schemes whose members are trajectories, the
+(group, trajectory) :class:`Units`. Groupings are made once per table and rule
+(:class:`GroupCache`), so schemes with the same groups share them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from .._errors import SchemeError
-from .._table import PROMPT
-from .encode import F64, Encoded, compact_codes, fresh, gather, piece_size, pieces
-from .schemes import Scheme
+from ..._errors import SchemeError
+from ..._table import PROMPT
+from ..schemes import Scheme
+from .encode import F64, Encoded, compact_codes
+from .sizing import counted_in_bins, fresh, gather, piece_size, pieces
 
 
 def _pair_codes(major: torch.Tensor, minor: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -48,7 +49,7 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
     else:
         torch.add(minor, enc.step, alpha=span, out=pairs)
     count = enc.steps * span
-    return (pairs, count) if count <= 4 * minor.numel() + 1024 else compact_codes(pairs, owned=True)
+    return (pairs, count) if counted_in_bins(count, minor.numel()) else compact_codes(pairs, owned=True)
 
 
 def _slice_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
@@ -135,11 +136,48 @@ def _legacy_minor(enc: Encoded, scheme: Scheme, label: str, column: str = PROMPT
     return torch.where(uniform[enc.step], 1 + enc.rank // n, torch.zeros_like(enc.rank))
 
 
-def group_codes(enc: Encoded, scheme: Scheme) -> tuple[torch.Tensor, int]:
-    """Compact group code per row (gaps allowed) and the code count, for a scheme's ``groups``."""
+GroupRule = tuple[str, str, str, str, "int | None", "int | None"]
+"""What decides a scheme's groups: its ``groups``, ``group_by``, ``missing_keys``, ``remainder``, ``n`` and
+``batch_size`` (schemes equal in these share their groups, whatever their statistics)."""
+
+
+class Grouping:
+    """The rows split into groups: each row's group code (gaps allowed) and the code count, with the sums over
+    them (:attr:`segments`) and their trajectory units (:attr:`units`) made once, for every scheme sharing it."""
+
+    def __init__(self, enc: Encoded, codes: torch.Tensor, count: int) -> None:
+        self.enc, self.codes, self.count = enc, codes, count
+
+    @cached_property
+    def segments(self) -> Segments:
+        """The groups as segments of rows (their sizes counted once)."""
+        enc = self.enc
+        return Segments(None if self.count == 1 and enc.single_step else self.codes, self.count, enc.rows, enc.device)
+
+    @cached_property
+    def units(self) -> Units | None:
+        """The (group, trajectory) units of the groups; None when no row has a trajectory key (then every sample
+        is a trajectory of its own and the samples are the units)."""
+        return _trajectory_units(self.enc, self.codes, self.count)
+
+
+class GroupCache:
+    """What the groupings of one encoded table share, made once (:meth:`Encoded.derived`): the steps as segments
+    and the grouping of each rule."""
+
+    def __init__(self) -> None:
+        self.steps: Segments | None = None
+        self.by_rule: dict[GroupRule, Grouping] = {}
+
+
+def grouping_of(enc: Encoded, scheme: Scheme) -> Grouping:
+    """The grouping of a scheme's ``groups`` (made once per rule and table)."""
     label = scheme.name or "scheme"
-    cache_key = (scheme.groups, scheme.group_by, scheme.missing_keys, scheme.remainder, scheme.n, scheme.batch_size)
-    if cache_key not in enc._groups:
+    rule: GroupRule = (
+        scheme.groups, scheme.group_by, scheme.missing_keys, scheme.remainder, scheme.n, scheme.batch_size
+    )  # fmt: skip
+    cache = enc.derived(GroupCache)
+    if rule not in cache.by_rule:
         if scheme.groups == "batch":
             result = enc.step, enc.steps
         elif scheme.groups == "prompt":
@@ -148,8 +186,8 @@ def group_codes(enc: Encoded, scheme: Scheme) -> tuple[torch.Tensor, int]:
             result = _slice_groups(enc, scheme, label)
         else:
             result = _step_pairs(enc, _legacy_minor(enc, scheme, label))
-        enc._groups[cache_key] = result
-    return enc._groups[cache_key]
+        cache.by_rule[rule] = Grouping(enc, *result)
+    return cache.by_rule[rule]
 
 
 class Units:
@@ -232,34 +270,29 @@ def _nested_units(
     return nested if _all_equal_gathered(nested.group, trajectory, groups) else None
 
 
-def trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Units | None:
-    """The (group, trajectory) units of a grouping; None when no row has a trajectory key (then
-    every sample is a trajectory of its own and the samples are the units)."""
-    # Cached with the groups tensor itself: while it is held, no other tensor can take its id.
-    key = ("units", id(groups), group_count)
-    if key in enc._groups and enc._groups[key][0] is groups:
-        return enc._groups[key][1]
+def _trajectory_units(enc: Encoded, groups: torch.Tensor, group_count: int) -> Units | None:
+    """The (group, trajectory) units of a grouping (see :attr:`Grouping.units`)."""
+    if not enc.trajectory_count:
+        return None
+    trajectory, key_count = enc.trajectory, enc.trajectory_count
     units = None
-    if enc.trajectory_count:
-        trajectory, key_count = enc.trajectory, enc.trajectory_count
-        if enc.every_trajectory_keyed:
-            # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing. Keys that
-            # repeat from step to step (a dataset's epochs) are nested once paired with their step, which is a
-            # cheap pair (steps times keys codes), where pairing with the groups would need a hash.
-            # Keys few enough for every step to use them all again are tried as step pairs first.
-            repeating = not enc.single_step and enc.steps * key_count <= 2 * enc.rows
-            units = None if repeating else _nested_units(enc, trajectory, key_count, groups, group_count)
-            if units is None and not enc.single_step:
-                trajectory, key_count = _step_pairs(enc, trajectory, key_count)
-                units = _nested_units(enc, trajectory, key_count, groups, group_count)
-            trajectory_key = trajectory
-        else:
-            # A row without a trajectory key is a trajectory of its own.
-            rows = torch.arange(enc.rows, device=enc.device)
-            trajectory_key = torch.where(trajectory < 0, key_count + rows, trajectory)
-        if units is None:
-            units = Units(enc, *_pair_codes(groups, trajectory_key), groups, group_count)
-    enc._groups[key] = (groups, units)
+    if enc.every_trajectory_keyed:
+        # Trajectory keys nested in groups (the usual case) are unit codes already: no pairing. Keys that
+        # repeat from step to step (a dataset's epochs) are nested once paired with their step, which is a
+        # cheap pair (steps times keys codes), where pairing with the groups would need a hash.
+        # Keys few enough for every step to use them all again are tried as step pairs first.
+        repeating = not enc.single_step and enc.steps * key_count <= 2 * enc.rows
+        units = None if repeating else _nested_units(enc, trajectory, key_count, groups, group_count)
+        if units is None and not enc.single_step:
+            trajectory, key_count = _step_pairs(enc, trajectory, key_count)
+            units = _nested_units(enc, trajectory, key_count, groups, group_count)
+        trajectory_key = trajectory
+    else:
+        # A row without a trajectory key is a trajectory of its own.
+        rows = torch.arange(enc.rows, device=enc.device)
+        trajectory_key = torch.where(trajectory < 0, key_count + rows, trajectory)
+    if units is None:
+        units = Units(enc, *_pair_codes(groups, trajectory_key), groups, group_count)
     return units
 
 
@@ -303,9 +336,11 @@ class Segments:
         self._kept: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
-    def codes(self) -> torch.Tensor | None:
+    def codes(self) -> torch.Tensor:
+        """Each row's segment (made here where a function makes them); a single segment has none to read."""
         if callable(self._codes):
             self._codes = self._codes()
+        assert self._codes is not None, "a single segment has no row codes: its sums are plain reductions"
         return self._codes
 
     def pieces(self, rows: int, size: int | None = None) -> Iterator[Piece]:
@@ -433,20 +468,13 @@ class Segments:
 
 def step_segments(enc: Encoded) -> Segments:
     """The table's steps as segments (runs when the rows are sorted by step), made once."""
-    if "steps" not in enc._groups:
+    cache = enc.derived(GroupCache)
+    if cache.steps is None:
         runs = None if enc.step_runs is None else enc.step_runs.cpu().numpy()
         # Steps in runs are summed and spread run by run: their row codes are made only if a piece asks for them.
         codes = None if enc.single_step else (lambda: enc.step) if runs is not None else enc.step
-        enc._groups["steps"] = Segments(codes, enc.steps, enc.rows, enc.device, runs)
-    return enc._groups["steps"]
-
-
-def segments_of(enc: Encoded, codes: torch.Tensor, count: int) -> Segments:
-    """Row segments of a grouping, cached with it so that schemes sharing groups share their sizes."""
-    key = ("segments", codes.data_ptr(), count)
-    if key not in enc._groups:
-        enc._groups[key] = Segments(None if count == 1 and enc.single_step else codes, count, codes.numel(), enc.device)
-    return enc._groups[key]
+        cache.steps = Segments(codes, enc.steps, enc.rows, enc.device, runs)
+    return cache.steps
 
 
 def by_steps(scheme: Scheme) -> bool:
@@ -458,8 +486,10 @@ def by_steps(scheme: Scheme) -> bool:
 def member_groups(enc: Encoded, scheme: Scheme) -> tuple[Segments, Units | None]:
     """The segments a scheme's statistics are taken over, and the trajectory units that are its members (None
     where its members are the samples, or no row has a trajectory key)."""
-    if scheme.members == "trajectories":
-        units = trajectory_units(enc, *group_codes(enc, scheme))
-        if units is not None:
-            return units.segments, units
-    return (step_segments(enc) if by_steps(scheme) else segments_of(enc, *group_codes(enc, scheme))), None
+    if by_steps(scheme) and scheme.members != "trajectories":
+        return step_segments(enc), None
+    grouping = grouping_of(enc, scheme)
+    units = grouping.units if scheme.members == "trajectories" else None
+    if units is not None:
+        return units.segments, units
+    return (step_segments(enc) if by_steps(scheme) else grouping.segments), None
