@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -14,7 +15,7 @@ def json_value(value: Any) -> Any:
     {'mean': None, 'sizes': [1, 2]}
     """
     if isinstance(value, dict):
-        return {str(key): json_value(item) for key, item in value.items()}
+        return json_object(value)
     if isinstance(value, (list, tuple)):
         return [json_value(item) for item in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
@@ -25,3 +26,8 @@ def json_value(value: Any) -> Any:
     if pandas is not None and value is pandas.NA:
         return None
     return value
+
+
+def json_object(document: Mapping[Any, Any]) -> dict[str, Any]:
+    """``json_value`` of a document, typed as the JSON object it is: string keys, JSON-ready values."""
+    return {str(key): json_value(item) for key, item in document.items()}

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ._errors import UsageError
 
@@ -75,7 +76,7 @@ def _pid_alive(pid: int) -> bool:
 def sweep_stale(target: Path) -> list[Path]:
     """Remove the ``.NAME.PID.*.tmp`` files beside ``target`` left by processes that no longer exist."""
     pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^/]+\.tmp$")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(target.parent if str(target.parent) else "."))
     except OSError:
@@ -158,14 +159,14 @@ class Output:
         except OSError as error:
             raise UsageError(f"cannot write: {error.strerror or error}", file=str(self.path)) from None
 
-    def _copy_into_stream(self, source: object) -> None:
+    def _copy_into_stream(self, source: BinaryIO) -> None:
         if self.target is None:
             sys.stdout.flush()
-            shutil.copyfileobj(source, sys.stdout.buffer)  # type: ignore[arg-type]
+            shutil.copyfileobj(source, sys.stdout.buffer)
             sys.stdout.buffer.flush()
             return
         with open(self.target, "wb", buffering=0) as stream:
-            shutil.copyfileobj(source, stream)  # type: ignore[arg-type]
+            shutil.copyfileobj(source, stream)
 
 
 def _write_to(temporary: Path, content: Content) -> None:

@@ -120,9 +120,10 @@ def _typed_array(values: Any, name: str, kind: pa.DataType) -> pa.Array | pa.Chu
         raise InputError(f"cannot read as {kind}: {first}", field=name, expected=str(kind)) from None
 
 
-# Rows per piece of a pass over a whole column: its temporaries stay small and are reused, never a fresh buffer
-# the size of the column (on the CPU a fresh buffer's first touch can cost more than the arithmetic on it).
 PIECE_ROWS = 1 << 20
+"""Rows per piece of a pass over a whole column, and of a Parquet read: temporaries stay small and are reused,
+never a fresh buffer the size of the column (on the CPU a fresh buffer's first touch can cost more than the
+arithmetic on it)."""
 
 
 def numpy_view(array: pa.Array) -> Any:

@@ -3,7 +3,8 @@
 file -> loader -> Arrow table -> recompute (torch) -> metrics -> report -> renderer: the packages of
 ``rollaudit`` are those stages, in this order (:data:`LAYERS`). Every ``import`` counts, at any depth (an import
 inside a function runs too), except those under ``if TYPE_CHECKING:`` (never run) and inside the notebook's
-``_repr_*`` hooks (a Report may render itself as HTML). Module sizes are held here as well.
+``_repr_*`` hooks, each listed in :data:`DISPLAY_HOOKS` (a Report shows itself in a notebook through the HTML
+renderer, imported when it is shown). Module sizes are held here as well.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ LAYERS = (
 """Stages, earliest first: a module may import modules of its own stage and of earlier ones. ``api`` is the
 package's public face (``import rollaudit``), which the command line is a thin layer over."""
 MAX_MODULE_LINES = 700
+DISPLAY_HOOKS = {("rollaudit._audit.report", "Report._repr_html_"): {"rollaudit._render.html"}}
+"""The one way back up the stages, and what each hook may import: a notebook asks a Report for its HTML, and the
+renderer makes it. Nothing else in the package imports at display time."""
 
 ROOMS = {
     "rollaudit._loaders.torchsave": (),
@@ -131,6 +135,36 @@ def imports_of(module: str, type_only: bool = False) -> dict[str, int]:
 
 GRAPH = {module: imports_of(module) for module in MODULES}
 TYPED_GRAPH = {module: imports_of(module, type_only=True) for module in MODULES}
+
+
+class _DisplayImports(ast.NodeVisitor):
+    """The rollaudit modules each ``_repr_*`` hook of a module imports, by ``Class._repr_x_``."""
+
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module, self.is_package = module, is_package
+        self.found: dict[str, set[str]] = {}
+        self._class = ""
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._class, outer = node.name, self._class
+        self.generic_visit(node)
+        self._class = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name.startswith("_repr_"):
+            inner = _Imports(self.module, self.is_package)
+            for statement in node.body:
+                inner.visit(statement)
+            self.found[f"{self._class}.{node.name}"] = set(inner.found)
+
+
+def test_display_hooks_are_the_listed_ones_and_import_only_what_they_may():
+    found = {}
+    for module, path in MODULES.items():
+        visitor = _DisplayImports(module, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+        found.update({(module, hook): imports for hook, imports in visitor.found.items() if imports})
+    assert found == DISPLAY_HOOKS
 
 
 def test_every_import_names_a_module_of_the_package():
@@ -284,3 +318,18 @@ def test_the_exports_resolve_each_to_its_module():
     assert sorted([*listed, "__version__"]) == sorted(rollaudit.__all__) == dir(rollaudit)
     for name, module in listed.items():
         assert getattr(rollaudit, name) is getattr(importlib.import_module(f"rollaudit{module}"), name)
+
+
+def test_load_takes_every_option_as_a_keyword_with_its_default():
+    """``rollaudit.load``'s keywords are the fields of LoadOptions, defaults included: an option is declared in the
+    dataclass, and this keeps the notebook's signature from drifting."""
+    import dataclasses
+    import inspect
+
+    import rollaudit
+
+    parameters = inspect.signature(rollaudit.load).parameters
+    keywords = {name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    keywords.pop("on_file")
+    fields = {field.name: field.default for field in dataclasses.fields(rollaudit.LoadOptions)}
+    assert keywords == fields

@@ -31,7 +31,8 @@ def _distinct_rows(table: pa.Table, keys: list[str]) -> int:
     """Distinct combinations of ``keys`` (a null is a value of its own)."""
     if table.num_rows == 0:
         return 0
-    return table.group_by(keys, use_threads=False).aggregate([]).num_rows
+    distinct: int = table.group_by(keys, use_threads=False).aggregate([]).num_rows
+    return distinct
 
 
 def _reward_summary(rewards: pa.ChunkedArray) -> dict[str, Any]:

@@ -106,11 +106,6 @@ def with_trajectories(enc: Encoded, groups: Groups) -> Groups:
     return replace(groups, trajectories=trajectories, trajectory_size_counts=size_counts)
 
 
-def prompt_groups(enc: Encoded, n: int | None = None) -> Groups:
-    """The (step, prompt) groups the ``prompt`` scheme uses, with their trajectories."""
-    return with_trajectories(enc, group_rows(enc, n))
-
-
 def metrics_of(sums: Sums) -> dict[str, np.ndarray]:
     """Every metric, one value per segment (NaN = undefined), from the sums."""
     counts = named_counts(sums.counts)
@@ -270,6 +265,6 @@ def _distinct_counts(keys: torch.Tensor, span: int) -> tuple[torch.Tensor, torch
 
 
 __all__ = [
-    "METRICS", "Groups", "group_columns", "group_rows", "histograms", "metrics_of", "prompt_groups",
+    "METRICS", "Groups", "group_columns", "group_rows", "histograms", "metrics_of",
     "scheme_columns", "step_group_sizes", "with_trajectories",
 ]  # fmt: skip

@@ -49,8 +49,8 @@ def _show_warning(
 
 
 # click >= 8.2 raises this for a bare ``rollaudit``; older versions print the help themselves (never raised).
-_NO_ARGS_IS_HELP: type[Exception] = getattr(click_exceptions, "NoArgsIsHelpError", None) or type(
-    "_NeverRaised", (Exception,), {}
+_NO_ARGS_IS_HELP: type[click_exceptions.ClickException] = getattr(click_exceptions, "NoArgsIsHelpError", None) or type(
+    "_NeverRaised", (click_exceptions.ClickException,), {}
 )
 
 

@@ -40,6 +40,8 @@ from .options import (
 )
 
 ADVANTAGE_PREFIX = "advantage:"
+# What the LOAD group's options make when none is given; the signature typer reads has the options instead.
+DEFAULT_LOAD = LoadOptions()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -53,7 +55,7 @@ def compare(
     schemes: Schemes = None,
     reference: Reference = "prompt",
     trained_with: TrainedWith = None,
-    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     device: DeviceOption = Device.auto,
     output_format: Annotated[
         CompareFormat | None,
@@ -156,7 +158,7 @@ def compare(
 @LOAD
 def inspect(
     inputs: Inputs,
-    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     quiet: Quiet = False,
 ) -> None:
@@ -199,7 +201,7 @@ def convert(
         ),
     ],
     schemes: Schemes = None,
-    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:
@@ -354,7 +356,7 @@ def gate(
             "--junit", metavar="FILE", help="Write JUnit XML (one test case per rule) to FILE.", show_default=False
         ),
     ] = None,
-    load: LoadOptions = None,  # type: ignore[assignment] - the LOAD group's options
+    load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     device: DeviceOption = Device.auto,
     quiet: Quiet = False,
 ) -> None:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._audit.metric_names import METRICS
 from .._audit.report import RECORDED_ROW
-from .._json import json_value
 from .._audit.schemes import get_scheme
 from .._errors import SchemeError, UsageError
+from .._json import json_object
 from .._output import write_atomic
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def baseline_document(report: Report) -> dict[str, Any]:
     """What ``write_baseline`` stores: versioned, the reference, and every summary metric per scheme."""
     from .._version import __version__
 
-    return json_value(
+    return json_object(
         {
             "schema_version": BASELINE_SCHEMA_VERSION,
             "kind": BASELINE_KIND,

@@ -4,6 +4,7 @@ the command line's rules into one :class:`GateConfig`."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,14 +24,6 @@ from .rules import (
     parse_requirement,
     scheme_name,
 )
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser under its PyPI name, when installed
-    try:
-        import tomli as tomllib  # type: ignore[no-redef]
-    except ModuleNotFoundError:
-        tomllib = None  # type: ignore[assignment]
 
 DEFAULT_GATE_SCHEMES = ("batch", "prompt", "trajectory")
 
@@ -96,11 +89,17 @@ def find_pyproject(start_dir: str | os.PathLike[str] = ".") -> Path | None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if tomllib is None:
-        raise UsageError("reading a TOML config needs Python 3.11 or the tomli package", file=str(path))
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        try:  # Python 3.10: the same parser under its PyPI name, when installed
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise UsageError("reading a TOML config needs Python 3.11 or the tomli package", file=str(path)) from None
     try:
         with path.open("rb") as stream:
-            return tomllib.load(stream)
+            document: dict[str, Any] = tomllib.load(stream)
+            return document
     except FileNotFoundError:
         raise UsageError("config file does not exist", file=str(path)) from None
     except IsADirectoryError:

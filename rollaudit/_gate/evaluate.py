@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
-from .._json import json_value
 from .._errors import GateFailed, SchemeError, UsageError
+from .._json import json_object
 from .._table import POSITION, PROMPT, REWARD, STEP, TRAJECTORY, validate_table
 from .baseline import Baseline
 from .config import GateConfig, schemes_needed
@@ -54,7 +54,7 @@ class RuleResult:
     evaluated: bool = True  # False: the dump cannot support what the rule measures (neither passed nor failed)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_value(
+        return json_object(
             {
                 "name": self.name,
                 "kind": self.kind,
@@ -115,7 +115,7 @@ class GateResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready document, versioned by ``schema_version``."""
-        return json_value(
+        return json_object(
             {
                 "schema_version": GATE_SCHEMA_VERSION,
                 "passed": self.passed,

@@ -17,12 +17,16 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .._errors import UsageError
 
-TOKEN_REDUCE_RULES = ("first", "last", "mean")
-ENGINES = ("local", "ray")
+TokenReduce = Literal["first", "last", "mean"]
+"""How per-token values become one per sample: the first token's, the last's, or their mean."""
+Engine = Literal["local", "ray"]
+"""Where a load's per-file reads run: this machine (this process or worker processes), or Ray tasks."""
+TOKEN_REDUCE_RULES: tuple[str, ...] = get_args(TokenReduce)
+ENGINES: tuple[str, ...] = get_args(Engine)
 COLUMN_OPTIONS = ("reward_col", "prompt_col", "trajectory_col", "step_col", "advantage_col", "mask_col")
 _RUN = {"run": True}  # field metadata: how the work runs, not what a file reads as (not part of the cache key)
 
@@ -49,13 +53,14 @@ class LoadOptions:
     step_col: str | None = None
     advantage_col: str | None = None
     mask_col: str | None = None
-    token_reduce: str = "first"
-    reward_columns: tuple[str, ...] | None = None
-    reward_weights: tuple[float, ...] | Mapping[str, float] | None = None
+    token_reduce: TokenReduce = "first"
+    # Any sequence is taken; checked() stores a tuple (weights by name: a dict).
+    reward_columns: Sequence[str] | None = None
+    reward_weights: Sequence[float] | Mapping[str, float] | None = None
     num_generations: int | None = None
     jobs: int | None = field(default=None, metadata=_RUN)
     cache: str | os.PathLike[str] | bool | None = field(default=None, metadata=_RUN)
-    engine: str = field(default="local", metadata=_RUN)
+    engine: Engine = field(default="local", metadata=_RUN)
     ray_address: str | None = field(default=None, metadata=_RUN)
 
     def __post_init__(self) -> None:

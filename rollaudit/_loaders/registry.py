@@ -24,8 +24,3 @@ FORMATS: dict[str, Format] = {
     )
 }
 """Format name -> Format. Detection tries the entries in this order."""
-
-
-def formats_read() -> str:
-    """``slime (torch.save .pt zips of rollout and train dumps), ...``: one entry per registered format."""
-    return ", ".join(f"{entry.name} ({entry.description})" for entry in FORMATS.values())

@@ -10,7 +10,6 @@ workflow commands by GitHub's percent-encoding, Markdown cells by escaping
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -73,15 +72,6 @@ def terminal(result: GateResult) -> Table:
         # Text(), not markup: a message may hold '[...]' from a dump, which rich would read as markup.
         table.add_row(Text(rule.name), Text(measured_text(rule)), Text(rule.limit_text), verdict, Text(rule.message))
     return table
-
-
-def plain_text(result: GateResult) -> str:
-    """The terminal table as plain text (no colour, fixed width): for logs and doctests."""
-    from rich.console import Console
-
-    console = Console(width=120, color_system=None, force_terminal=False, record=True, file=io.StringIO())
-    console.print(terminal(result))
-    return console.export_text()
 
 
 def to_json(result: GateResult) -> str:
@@ -227,7 +217,6 @@ __all__ = [
     "escape_property",
     "github_annotations",
     "junit_xml",
-    "plain_text",
     "step_summary_markdown",
     "terminal",
     "to_json",

@@ -118,8 +118,8 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     if len(report.info.get("step_values", [])) > 1:
         lines += ["**Sign-flip rate by step**", ""]
         for line in trend_lines(report):
-            scheme, _, trend = line.partition(":")
-            lines.append(f"- {code(scheme)}: `{trend.strip()}`")
+            scheme, _, rates = line.partition(":")
+            lines.append(f"- {code(scheme)}: `{rates.strip()}`")
         lines.append("")
     trend = trend_section(report, top)
     if trend is not None:

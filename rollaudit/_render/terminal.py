@@ -6,7 +6,7 @@ terminal's width, and say which they hid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,7 @@ class FittedTable:
 
     title: str
     header: list[str]
-    rows: list[list[str | Text]]
+    rows: Sequence[Sequence[str | Text]]
     drop_order: list[str] = field(default_factory=list)
     row_styles: list[str | None] = field(default_factory=list)
     caption: str | None = None
@@ -206,9 +206,10 @@ def _prompt_table(title: str, header: list[str], rows: list[list[str]], referenc
 
 def _recorded_renderables(report: Report) -> list[RenderableType]:
     """The recorded sentence (the matched scheme in bold green, no match in yellow) and the fit table."""
-    matched = (report.recorded or {}).get("best_match") is not None
+    best_match = (report.recorded or {}).get("best_match")
+    matched = best_match is not None
     sentence = Text(recorded_sentence(report))
-    sentence.highlight_words([str(report.recorded.get("best_match"))] if matched else [], style="bold green")
+    sentence.highlight_words([str(best_match)] if matched else [], style="bold green")
     if not matched:
         sentence.stylize("yellow")
     title, header, rows = recorded_fit_rows(report)

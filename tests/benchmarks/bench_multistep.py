@@ -3,7 +3,7 @@
     python tests/benchmarks/bench_multistep.py            # 5M samples in 10 steps; 10M Parquet rows in 50 steps
     python tests/benchmarks/bench_multistep.py --small    # 200k and 400k (for CI)
 
-Ratios in one process, rounds interleaved (best of ``--repeat``). Targets (issue 18): ``audit`` of ``batch``,
+Ratios in one process, rounds interleaved (best of ``--repeat``). Targets: ``audit`` of ``batch``,
 ``prompt``, ``trajectory`` at least 1.5x faster than pandas ``groupby(['step', 'prompt']).transform`` computing
 ``prompt`` alone; ``audit`` at most 1.5x ``recompute`` of the same schemes; the three schemes on 10 steps within
 1.3x of the same samples as one step; ``rollaudit.load`` of the Parquet run at most 2x

@@ -1,4 +1,4 @@
-"""Benchmark for the recompute kernel (issue 2), measured as ratios in one run.
+"""Benchmark for the recompute kernel, measured as ratios in one run.
 
     python tests/benchmarks/bench_recompute.py            # 10M samples in ~1M uneven groups
     python tests/benchmarks/bench_recompute.py --samples 200000

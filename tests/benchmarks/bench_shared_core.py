@@ -5,7 +5,7 @@ default) and ACTIVE (OpenMP's), against pandas, each with and without another pr
     python tests/benchmarks/bench_shared_core.py --small    # 100k samples, 1 round (for CI)
 
 Each policy runs in a fresh process (OpenMP reads the policy once, when torch starts); rounds are interleaved.
-Target (issue 18): with a spinning neighbour, ``prompt`` at least as fast as pandas.
+Target: with a spinning neighbour, ``prompt`` at least as fast as pandas.
 """
 
 from __future__ import annotations

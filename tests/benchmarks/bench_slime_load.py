@@ -11,7 +11,7 @@ Loaders: ``rollaudit`` (rollaudit.load), ``unsafe`` (torch.load with
 weights_only=False: runs code named by the file), ``bytes`` (the file read
 into memory: the disk's floor) and, with --safe, ``safe`` (torch.load with
 weights_only=True: a pure-Python unpickler).
-Targets (issue 17): rollaudit at least 5x faster than ``unsafe``, and its
+Targets: rollaudit at least 5x faster than ``unsafe``, and its
 peak memory growth at most 1x the file's size.
 """
 

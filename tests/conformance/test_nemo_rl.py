@@ -49,7 +49,10 @@ def test_the_float32_preset_is_the_runs_own_arithmetic_bit_for_bit(run, step):
 def test_fit_names_nemo_loo_with_no_error_and_the_gate_passes():
     dapo = rollaudit.load(corpus("nemo_rl") / "dapo")
     detection = rollaudit.detect_scheme(dapo, device="cpu")
-    assert (detection.best_match, detection.closest.max_error, detection.rows) == ("nemo-loo", 0.0, 192)
+    assert (detection.best_match, detection.rows) == ("nemo-loo", 192)
+    # Bit for bit where the corpus was first checked; on an AVX-512 Xeon with the same torch build, five rows differ
+    # by one float32 unit in the last place (2.4e-7 at |a| ~ 1.5-2.3). Either way nemo-loo is the one preset fitted.
+    assert detection.closest.max_error <= 2.5e-7
     # grpo: every row but the 8 whose prompt the data processor truncated (upstream keys them alone).
     grpo = rollaudit.load(corpus("nemo_rl") / "grpo")
     fit = rollaudit.detect_scheme(grpo, device="cpu").closest

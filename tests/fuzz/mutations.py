@@ -244,7 +244,7 @@ def fragment(draw: st.DrawFn) -> bytes:
 
 
 def _shaped(draw: st.DrawFn, kind: str) -> bytes:
-    """The shapes of issue 16, small and at the bounds: a tuple DAG (``t = (t, t)`` by DUP), one list referenced
+    """Hostile shapes, small and at the bounds: a tuple DAG (``t = (t, t)`` by DUP), one list referenced
     many times, big integers that share one hash residue; sometimes as a dict key, where they are hashed."""
     if kind == "dag":
         body = b")" + b"2\x86" * draw(st.sampled_from((1, 2, 8, 19, 20, 21, 40, 64)))

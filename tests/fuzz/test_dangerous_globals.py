@@ -20,10 +20,11 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive
 from rollaudit._loaders.torchsave.unpickle import Placeholder
 from tests.fuzz import payloads
 from tests.fuzz.harness import ROOT, generate
+from tests.torch_files import load_torch_file
 
 # Where a payload goes: a sample's metadata (ignored: the dump loads), its reward, a sample itself, the whole pickle.
 PLACEMENTS = ("metadata", "reward", "sample", "top")

@@ -256,7 +256,7 @@ _DRIFTING = {"reward": ("float", "int"), "prompt": ("string", "int", "messages")
 )
 def test_columns_that_change_type_between_files(first: pa.Table, second: pa.Table, kind: str):
     """Two files of one run whose shared columns were drawn independently: pass-through columns, keys and steps
-    whose types drift from file to file (issue 16: an ArrowTypeError when the table was joined)."""
+    whose types drift from file to file (once an ArrowTypeError when the table was joined)."""
     files = {}
     for number, table in enumerate((first, second)):
         data = _write(table, kind)

@@ -25,9 +25,10 @@ import pytest
 
 import rollaudit
 from rollaudit import InputError
-from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive
 from tests.fuzz import payloads
 from tests.fuzz.harness import ROOT, generate
+from tests.torch_files import load_torch_file
 
 SECONDS = 5.0
 MIB = 1 << 20
@@ -118,7 +119,7 @@ def _in_child(tmp_path: Path, data: bytes, *, storages: dict | None = None, what
         import json, resource, sys, time, warnings
         sys.path.insert(0, sys.argv[1])
         import rollaudit
-        from rollaudit._loaders.torchsave.torch_zip import load_torch_file
+        from tests.torch_files import load_torch_file
         warnings.simplefilter("ignore")
         started = time.perf_counter()
         try:

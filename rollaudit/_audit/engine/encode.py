@@ -278,11 +278,6 @@ class Encoded:
         return self.key_codes(PROMPT)[0]
 
     @property
-    def prompt_count(self) -> int:
-        """How many prompt codes there are (0: no row has a prompt key)."""
-        return self.key_codes(PROMPT)[1]
-
-    @property
     def trajectory(self) -> torch.Tensor:
         """Compact trajectory code of each row, -1 where the row has no trajectory key."""
         return self.key_codes(TRAJECTORY)[0]
@@ -398,11 +393,6 @@ class Encoded:
                 first_missing.scatter_reduce_(0, self.step, missing_rank, "amin")
                 self._present[column] = keyed, first_missing
         return self._present[column]
-
-    @property
-    def prompt_present(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per step: how many rows have a prompt key, and the first place (batch order) without one."""
-        return self.key_present(PROMPT)
 
 
 def encode(table: pa.Table, device: str | torch.device = "auto") -> Encoded:

@@ -201,12 +201,13 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         capped = limit if soft == resource.RLIM_INFINITY else min(limit, soft)
         resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
         table = shared = None
+        failure: dict[str, Any] | None
         try:
             shared = _shared_file(tables.read_pieces(path, request["kind"], request["columns"]), size)
             if shared is None:  # no room in shared memory: read again, for the pipe
                 table = tables.read_in_this_process(path, request["kind"], request["columns"])
         except InputError as error:
-            failure: dict[str, Any] = {name: getattr(error, name) for name in ("message", "field", "row", "expected")}
+            failure = {name: getattr(error, name) for name in ("message", "field", "row", "expected")}
         except (MemoryError, pa.ArrowCapacityError):
             failure = {
                 "message": f"decodes to more than {address_space_limit(size) >> 20} MiB of table",
@@ -223,6 +224,7 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         elif shared is not None:
             answers.write(b"file " + shared.encode() + b"\n")
         else:
+            assert table is not None  # no shared file: the table was read again, for the pipe
             answers.write(b"ok\n")
             with pa.ipc.new_stream(answers, table.schema) as writer:
                 writer.write_table(table)
@@ -261,6 +263,7 @@ def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
                 if pending is not None:
                     pending.result()
                 pending = writes.submit(writer.write_table, piece)
+            assert pending is not None  # the first piece, at least, was submitted
             pending.result()
     except BaseException as error:
         os.unlink(name)

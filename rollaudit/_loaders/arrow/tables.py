@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..._errors import InputError
+from ..._table import PIECE_ROWS
 
 HEAD_BYTES = 1 << 16
 # pyarrow parses JSON in blocks that must hold whole lines; verl lines carry whole decoded trajectories.
@@ -490,10 +491,6 @@ def read_in_this_process(path: Path, kind: str, columns: list[str] | None) -> pa
     """
     pieces = list(read_pieces(path, kind, columns))
     return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-
-
-PIECE_ROWS = 1 << 20
-"""Rows per piece of a Parquet read."""
 
 
 def read_pieces(path: Path, kind: str, columns: list[str] | None) -> Iterator[pa.Table]:

@@ -208,9 +208,9 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
     if roles.status is not None:
         extra["status"] = columns.plain(table.column(roles.status)).cast(pa.string())
 
-    has_steps = roles.step is not None
-    if has_steps:
+    if roles.step is not None:
         steps = columns.step_values(table.column(roles.step), path, roles.step)
+        has_steps = True
     else:
         steps = pa.array(np.full(rows, columns.step_in_name(path) or 0, dtype=np.int64))
         has_steps = columns.step_in_name(path) is not None
@@ -234,9 +234,9 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
         **extra,
     )
     shared, unverified = 0, ""
-    text_key = roles.prompt in TEXT_PROMPT_NAMES and options.prompt_col is None
-    if text_key and columns.string_like(canonical.column(PROMPT).type):  # numbers under those names are keys
-        shared, unverified = _verified_text_key(canonical, roles.prompt, path)
+    text_key_name = roles.prompt if roles.prompt in TEXT_PROMPT_NAMES and options.prompt_col is None else None
+    if text_key_name is not None and columns.string_like(canonical.column(PROMPT).type):  # numbers there are keys
+        shared, unverified = _verified_text_key(canonical, text_key_name, path)
     if roles.prompt is None:
         if options.n_samples_per_prompt is not None:
             canonical = columns.slice_prompts(canonical, options.n_samples_per_prompt, path)

@@ -92,10 +92,12 @@ def expand_directory(directory: Path) -> list[Path] | None:
         directory = directory / "episodes"
     if _STEP_DIRECTORY.match(directory.name) or (directory / SUMMARY).is_file():
         return _episode_files(directory) or None
-    steps = sorted(
-        (path for path in directory.iterdir() if path.is_dir() and _STEP_DIRECTORY.match(path.name)),
-        key=lambda path: tuple(int(part) for part in _STEP_DIRECTORY.match(path.name).groups()),
-    )
+    step_numbers = {
+        path: tuple(int(part) for part in match.groups())
+        for path in directory.iterdir()
+        if path.is_dir() and (match := _STEP_DIRECTORY.match(path.name))
+    }
+    steps = sorted(step_numbers, key=step_numbers.__getitem__)
     files = [file for step in steps for file in _episode_files(step)]
     return files or None
 

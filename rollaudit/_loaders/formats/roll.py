@@ -85,12 +85,13 @@ def _trajectory(text: Any, path: Path, row: int) -> dict:
             expected="one number per environment step",
         )
     episode = (data.get("reward_info") or {}).get("episode_reward")
+    episode_reward = float(episode) if isinstance(episode, (int, float)) and not isinstance(episode, bool) else None
     return {
         "group": "_".join(str(env[key]) for key in ("tag", "group_id", "episode_id", "seed")),
         "env_id": env["env_id"],
         "tag": str(env["tag"]),
         "rewards": [float(value) for value in rewards],
-        "episode_reward": float(episode) if type(episode) in (int, float) else None,
+        "episode_reward": episode_reward,
     }
 
 

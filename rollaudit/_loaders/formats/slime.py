@@ -325,7 +325,8 @@ def _train_step(path: Path, top: dict) -> TrainStep:
     raw = top.get("raw_reward")
     if isinstance(raw, (list, tuple)):
         numbers = [fields.number_of(value) for value in raw]
-        train.raw_reward = None if None in numbers else numbers
+        known = [number for number in numbers if number is not None]
+        train.raw_reward = known if len(known) == len(numbers) else None
     _warn_token_verdicts(path, verdicts)
     return train
 

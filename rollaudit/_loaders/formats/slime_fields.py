@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def step_of(top: dict, path: Path) -> int:
 MIN_SAMPLE_BYTES = 8
 
 
-def samples_of(top: dict, path: Path) -> list:
+def samples_of(top: dict, path: Path) -> Sequence[Any]:
     samples = top.get("samples")
     if not isinstance(samples, (list, tuple)):
         found = "no 'samples'" if "samples" not in top else f"'samples' as a {type_name(samples)}"

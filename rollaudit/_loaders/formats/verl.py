@@ -157,12 +157,12 @@ class _Fields:
                     field=name,
                     expected=f"verl's rollout lines with the {role} field",
                 )
-        for name in (self.trajectory, self.advantage, options.step_col):
-            if name is not None and name not in first:
+        for optional_field in (self.trajectory, self.advantage, options.step_col):
+            if optional_field is not None and optional_field not in first:
                 raise InputError(
-                    f"the first line has no {name!r} field; fields found: {columns.columns_found(names)}",
+                    f"the first line has no {optional_field!r} field; fields found: {columns.columns_found(names)}",
                     file=str(path),
-                    field=name,
+                    field=optional_field,
                     expected="the field named by the column option",
                 )
         roles = {self.prompt: "key", self.reward: "number", self.step: "number"}

@@ -95,9 +95,9 @@ def _steps_label(run: Run) -> str:
             parts = file.relative_to(base).parts
         except ValueError:
             parts = (file.name,)
-        numbered = next((part for part in parts if _NUMBER.search(part)), None)
-        if numbered is not None:
-            steps.add(int(_NUMBER.search(numbered).group()))
+        number = next((found for part in parts if (found := _NUMBER.search(part))), None)
+        if number is not None:
+            steps.add(int(number.group()))
     count = f"{len(run.files)} file{'s' if len(run.files) != 1 else ''}"
     if not steps:
         return count

@@ -24,12 +24,13 @@ Files the cache (:mod:`.cache`) holds are not read at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ... import _errors
 from ..._errors import InputError, RollauditError, RollauditWarning, UsageError
@@ -121,6 +122,12 @@ def read_outcome(format_name: str, path: Path, options: LoadOptions) -> Outcome:
 
 def _warned(caught: list[warnings.WarningMessage]) -> list[tuple[type[Warning], str]]:
     return [(message.category, str(message.message)) for message in caught]
+
+
+@overload
+def _as_given(text: str, item: WorkItem) -> str: ...
+@overload
+def _as_given(text: None, item: WorkItem) -> None: ...
 
 
 def _as_given(text: str | None, item: WorkItem) -> str | None:
@@ -282,17 +289,17 @@ def _ray_init(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    quiet_init = functools.partial(ray.init, log_to_driver=False, logging_level=logging.WARNING)
     if address is not None:
         try:
-            ray.init(address=address, **quiet)
+            quiet_init(address=address)
         except ConnectionError as error:
             raise UsageError(f"cannot connect to the Ray cluster at {address} ({error})") from None
         return
     try:
-        ray.init(address="auto", **quiet)  # the running cluster (RAY_ADDRESS, or `ray start` on this machine)
+        quiet_init(address="auto")  # the running cluster (RAY_ADDRESS, or `ray start` on this machine)
     except ConnectionError:
-        ray.init(include_dashboard=False, **quiet)  # none: a local Ray for this process
+        quiet_init(include_dashboard=False)  # none: a local Ray for this process
 
 
 def _run_ray(work: list[tuple[int, WorkItem]], options: LoadOptions, done: Callable) -> None:

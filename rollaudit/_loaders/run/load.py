@@ -31,7 +31,7 @@ from ..._table import (
     with_facts,
     with_found,
 )
-from ..options import LoadOptions
+from ..options import Engine, LoadOptions, TokenReduce
 from ..registry import FORMATS
 from .discover import DUMP_HINT, directory_files, natural_key
 from .engine import run_items
@@ -99,13 +99,13 @@ def load(
     step_col: str | None = None,
     advantage_col: str | None = None,
     mask_col: str | None = None,
-    token_reduce: str = "first",
+    token_reduce: TokenReduce = "first",
     reward_columns: Sequence[str] | None = None,
     reward_weights: Sequence[float] | Mapping[str, float] | None = None,
     num_generations: int | None = None,
     jobs: int | None = None,
     cache: str | os.PathLike | bool | None = None,
-    engine: str = "local",
+    engine: Engine = "local",
     ray_address: str | None = None,
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
@@ -153,6 +153,11 @@ def load(
     sample; unknown classes in a dump become inert placeholders (one
     :class:`~rollaudit.RollauditWarning` per file) and nothing the file
     names is ever run.
+
+    >>> import rollaudit
+    >>> table = rollaudit.load("sample_dumps/fanout/rollout_data/3.pt")
+    >>> table.num_rows, rollaudit.loaded_formats(table)
+    (88, ['slime'])
     """
     if options is None:
         options = LoadOptions(

@@ -274,8 +274,7 @@ class _Scan:
         data, end = self.data, self.end
         cursor = position + 1
         memo, memo_index = b"", None
-        code = data[cursor] if cursor < end else None
-        width = _MEMO_PUT_WIDTHS.get(code)
+        width = _MEMO_PUT_WIDTHS.get(data[cursor]) if cursor < end else None
         if width is not None and cursor + 1 + width <= end:
             memo = bytes(data[cursor : cursor + 1 + width])
             memo_index = int.from_bytes(memo[1:], "little") if width else self.memo_len
@@ -334,11 +333,11 @@ class _Scan:
             if arg.name in ("long1", "long4") and count >= 8:  # may reach past 2**61: hashed mod 2**61 - 1
                 return int.from_bytes(data[start + width : after], "little", signed=True), after
             return None, after
-        width = _FIXED_WIDTHS.get(arg.name)
-        if width is not None:
-            if start + width > self.end:
+        fixed_width = _FIXED_WIDTHS.get(arg.name)
+        if fixed_width is not None:
+            if start + fixed_width > self.end:
                 raise Malformed("the pickle is truncated")
-            return int.from_bytes(data[start : start + width], "little"), start + width
+            return int.from_bytes(data[start : start + fixed_width], "little"), start + fixed_width
         # Text arguments: one line, two for GLOBAL and INST.
         line_end = self._find_newline(start)
         if line_end < 0:

@@ -18,7 +18,7 @@ import os
 import struct
 import warnings
 import zipfile
-from typing import Any
+from typing import Any, cast
 
 from ..._errors import InputError, RollauditWarning
 from .pickle_scan import call_with_stack, skim
@@ -84,6 +84,13 @@ class TorchArchive:
     def _error(self, message: str, **where: Any) -> InputError:
         return InputError(message, file=self.path, **where)
 
+    @property
+    def _opened_zip(self) -> zipfile.ZipFile:
+        """The zip, or an error once the archive is closed."""
+        if self._zip is None:
+            raise self._error("the archive is closed")
+        return self._zip
+
     def _open_zip(self) -> None:
         head = self._file.read(4)
         self._file.seek(0)
@@ -119,7 +126,7 @@ class TorchArchive:
 
     def _read_byteorder(self) -> bool:
         try:
-            member = self._zip.getinfo(f"{self.prefix}/byteorder")
+            member = self._opened_zip.getinfo(f"{self.prefix}/byteorder")
         except KeyError:
             return False  # files from before torch wrote a byteorder record are little-endian
         if member.file_size > 16:
@@ -192,7 +199,8 @@ class TorchArchive:
             buffer = bytearray(member.file_size)
             view = memoryview(buffer)
             filled = 0
-            with self._zip.open(member) as opened:
+            # Opened for reading, a member is a ZipExtFile, whose readinto fills the buffer in place.
+            with cast(zipfile.ZipExtFile, self._opened_zip.open(member)) as opened:
                 while filled < member.file_size:
                     count = opened.readinto(view[filled : filled + _INFLATE_CHUNK])
                     if not count:
@@ -209,7 +217,7 @@ class TorchArchive:
     def storage_member(self, key: str) -> zipfile.ZipInfo:
         """The zip member of storage ``key`` (``<archive>/data/<key>``), checked."""
         try:
-            member = self._zip.getinfo(f"{self.prefix}/data/{key}")
+            member = self._opened_zip.getinfo(f"{self.prefix}/data/{key}")
         except KeyError:
             raise self._error(f"the pickle names storage {key} but the zip has no member data/{key}") from None
         self._check_member(member)
@@ -343,14 +351,3 @@ def is_torch_zip(path: str | os.PathLike) -> bool:
                 return any(name.endswith("/data.pkl") and name.count("/") == 1 for name in archive.namelist())
     except Exception:  # a damaged zip is simply not detected here; the reader reports it
         return False
-
-
-def load_torch_file(path: str | os.PathLike, *, max_pickle_bytes: int = MAX_PICKLE_BYTES, warn: bool = True) -> Any:
-    """What ``torch.load(path)`` would give, tensors included, without running code named by the file.
-
-    Unknown classes come back as :class:`Placeholder` instances (one warning
-    line per file). Any damaged, truncated or hostile file raises
-    :class:`~rollaudit.InputError`.
-    """
-    with TorchArchive(path, max_pickle_bytes=max_pickle_bytes) as archive:
-        return archive.unpickle(lazy_tensors=False, warn=warn)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import pickle
 import zipfile
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from ..._errors import InputError
@@ -58,7 +59,7 @@ class Skipped:
     """
 
     __slots__ = ()
-    __hash__ = None  # type: ignore[assignment] - a list is unhashable
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like lists
 
     def append(self, item: Any) -> None:
         pass
@@ -381,8 +382,9 @@ class _Allowed:
     """
 
     __slots__ = ("_function",)
+    _function: Callable[..., Any]
 
-    def __init__(self, function: Any) -> None:
+    def __init__(self, function: Callable[..., Any]) -> None:
         object.__setattr__(self, "_function", function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

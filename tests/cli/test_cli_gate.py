@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 import rollaudit
 from rollaudit._cli import app
 from rollaudit._gate.rules import METRIC_NAMES
-from tests.test_cli import independent_batch_vs_prompt
+from tests.cli.test_cli import independent_batch_vs_prompt
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 FANOUT = SAMPLES / "fanout" / "rollout_data"
 FANOUT_FILE = FANOUT / "3.pt"

@@ -13,7 +13,7 @@ import rollaudit
 from rollaudit._cli import app
 from rollaudit._render import plots as _plots
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FANOUT = ROOT / "sample_dumps" / "fanout"
 UNIFORM = ROOT / "sample_dumps" / "uniform.pt"
 DUMP_DETAILS = ROOT / "sample_dumps" / "dump_details"

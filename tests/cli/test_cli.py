@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 import rollaudit
 from rollaudit._cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 FANOUT = SAMPLES / "fanout"
 FANOUT_FILE = FANOUT / "rollout_data" / "3.pt"

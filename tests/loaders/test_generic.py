@@ -24,7 +24,7 @@ from rollaudit import InputError, RollauditWarning, UsageError
 from rollaudit._audit.fit import fit_presets
 from rollaudit._table import CANONICAL_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUMPS = ROOT / "sample_dumps"
 _spec = importlib.util.spec_from_file_location("sample_dumps_generate_tables", DUMPS / "generate_tables.py")
 generate_tables = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""The skimming slime reader (issue 17): per-token lists are never built, and nothing else changes.
+"""The skimming slime reader: per-token lists are never built, and nothing else changes.
 
 Three checks: the skimmed unpickle of random dicts (every pickle protocol, memo sharing, batch boundaries, frames)
 equals a model (the full unpickle with exactly the cuttable lists replaced); the tables of every bundled and
@@ -19,9 +19,9 @@ import rollaudit
 from rollaudit._loaders.formats import slime
 from rollaudit._loaders.torchsave.torch_zip import TorchArchive
 from rollaudit._loaders.torchsave.unpickle import SKIPPED
-from tests.test_unpickle import generate
+from tests.loaders.test_unpickle import generate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT.parent / "shared" / "corpus" / "slime"
 FIELDS = frozenset({"tokens", "loss_mask", "rollout_log_probs"})
 

@@ -23,7 +23,7 @@ from rollaudit._loaders.run import discover
 from tests.conformance import conftest as conformance
 from tests.conformance.conftest import corpus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 VERL_SAMPLE = SAMPLES / "verl" / "rollout_data"
 AREAL_TRIALS = Path("experiments", "logs", "rl", "gsm8k-agent-grpo")

@@ -1,4 +1,4 @@
-"""Recorded advantages (issue 6): which preset produced them, and how they compare with the reference."""
+"""Recorded advantages: which preset produced them, and how they compare with the reference."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from rollaudit._render.markdown import render_markdown
 from rollaudit._render.terminal import render_compare
 from rollaudit._render.text import recorded_sentence
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 TRL = SAMPLES / "trl" / "completions" / "completions_00010.parquet"
 NEMO = SAMPLES / "nemo" / "train_data_step3.jsonl"

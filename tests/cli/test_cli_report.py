@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rollaudit._cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FANOUT = ROOT / "sample_dumps" / "fanout"
 FANOUT_FILE = FANOUT / "rollout_data" / "3.pt"
 

@@ -25,12 +25,12 @@ from rollaudit._render.gate import (
     escape_property,
     github_annotations,
     junit_xml,
-    plain_text,
     step_summary_markdown,
+    terminal,
     to_json,
 )
 
-SAMPLE_DUMPS = Path(__file__).resolve().parent.parent / "sample_dumps"
+SAMPLE_DUMPS = Path(__file__).resolve().parents[2] / "sample_dumps"
 
 
 def two_prompts() -> pa.Table:
@@ -615,3 +615,14 @@ def test_baseline_of_a_dump_with_recorded_advantages_reads_back(tmp_path):
     path = write_baseline(tmp_path / "baseline.json", result.report)
     baseline = read_baseline(path)
     assert "recorded" not in baseline.summary and "batch" in baseline.summary
+
+
+def plain_text(result):
+    """The gate's terminal table as plain text (no colour, fixed width), as a log shows it."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=120, color_system=None, force_terminal=False, record=True, file=io.StringIO())
+    console.print(terminal(result))
+    return console.export_text()

@@ -18,7 +18,7 @@ import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
 from rollaudit._table import CANONICAL_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUMPS = ROOT / "sample_dumps"
 _spec = importlib.util.spec_from_file_location("sample_dumps_generate", DUMPS / "generate.py")
 generate = importlib.util.module_from_spec(_spec)
@@ -343,7 +343,7 @@ def test_unknown_classes_in_metadata_become_placeholders(tmp_path: Path):
         table = rollaudit.load(path)
     messages = [str(warning.message) for warning in caught if issubclass(warning.category, RollauditWarning)]
     assert len(messages) == 1 and "placeholders for" in messages[0]
-    assert "tests.test_slime.UserMetadata" in messages[0] and "numpy" in messages[0]
+    assert "tests.loaders.test_slime.UserMetadata" in messages[0] and "numpy" in messages[0]
     assert column(table, "reward") == [1.0, 0.0]
 
 
@@ -462,7 +462,7 @@ def test_raw_reward_mismatch_is_flagged(tmp_path: Path):
 def test_train_dump_of_another_run_is_an_error(tmp_path: Path):
     _train_pair(tmp_path)
     generate.save_rollout_dump(tmp_path / "rollout_data" / "2.pt", 2, samples([1.0] * 6, [0] * 6, index=None))
-    # Joined on rollout_position (issue 13): sample_index is the check, and it names the mismatch.
+    # Joined on rollout_position: sample_index is the check, and it names the mismatch.
     mismatch = r"sample_index 0 is not the index \(None\) of the rollout sample at rollout_position 0"
     with pytest.raises(InputError, match=mismatch):
         rollaudit.load(tmp_path)

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import rollaudit
 import rollaudit._audit.engine.tally
 from rollaudit import InputError
+from tests.audit.test_kernel import batches, table_of
 from tests.oracle import oracle_advantages, oracle_metrics, oracle_sign
-from tests.test_kernel import batches, table_of
 
 # Random trajectories' rows may carry different rewards: the trajectory scheme names its representative.
 TRAJECTORY = "trajectory(representative=first)"
@@ -289,7 +289,7 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     from rollaudit._audit.engine.encode import encode
     from rollaudit._audit.engine.tally import Layout, Reference, tally
     from rollaudit._audit.kernel import advantages_of
-    from rollaudit._audit.metrics import prompt_groups
+    from rollaudit._audit.metrics import group_rows, with_trajectories
 
     table = rollaudit.make_table(
         reward=[0, 1, 1, 0, 0, 0, 1, 1, 1, 0, 2, 5],
@@ -298,7 +298,7 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
     )
     enc = encode(table, "cpu")
     values = advantages_of(enc, {name: rollaudit.get_scheme(name) for name in ("batch", "prompt")})
-    groups = prompt_groups(enc)
+    groups = with_trajectories(enc, group_rows(enc))
     reversed_codes = groups.count - 1 - groups.group
     ordered = Layout.of(enc, groups.group, groups.count, groups.present, groups.step, groups.largest)
     unordered = Layout.of(

@@ -17,7 +17,7 @@ import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
 from rollaudit._audit.fit import fit_presets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRL = ROOT / "sample_dumps" / "trl"
 SAMPLE = TRL / "completions" / "completions_00010.parquet"
 _spec = importlib.util.spec_from_file_location(

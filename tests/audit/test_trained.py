@@ -15,7 +15,7 @@ from rollaudit._cli import app
 from rollaudit._errors import NotAuditable, SchemeError
 from rollaudit._table import with_facts, with_trained_default
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_dumps"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 
 
 def step_rewards_table(**facts):

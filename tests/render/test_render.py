@@ -29,7 +29,7 @@ from rollaudit._render.text import (
 )
 
 LOAD = {"format": "slime", "files": ["dump.pt"], "bytes": 1234, "seconds": 0.5}
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 
 
 def text_of(renderable, width: int = 100) -> str:

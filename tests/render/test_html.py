@@ -23,7 +23,7 @@ import rollaudit
 from rollaudit._cli import app
 from rollaudit._render.html import render_html
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FANOUT = ROOT / "sample_dumps" / "fanout"
 DUMP_DETAILS = ROOT / "sample_dumps" / "dump_details"
 # Anything a page could fetch: a URL in an attribute or in CSS, or an import. The SVG namespaces are names, not

@@ -18,7 +18,7 @@ from rollaudit._loaders.formats import areal, slime, verl
 from rollaudit._loaders.registry import FORMATS
 from rollaudit._render.registry import COMPARE_RENDERERS, JSON_SCHEMAS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 CORPUS = ROOT.parent / "shared" / "corpus"
 # Sample dumps that need a reading option to load (slime's dict rewards name the key trained on).

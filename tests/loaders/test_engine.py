@@ -1,4 +1,4 @@
-"""Whole runs: flat memory over many dumps, worker processes, the cache, and the Ray engine (issue 7)."""
+"""Whole runs: flat memory over many dumps, worker processes, the cache, and the Ray engine."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rollaudit._loaders.run import cache as _cache
 from rollaudit._loaders.run import engine as _engine
 from tests.benchmarks.bench_run import write_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUMPS = ROOT / "sample_dumps"
 RUN_FILES = 50
 MAX_MEMORY_RATIO = 1.5

@@ -27,7 +27,7 @@ import rollaudit
 from rollaudit import _output
 from rollaudit._cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DUMP = str(ROOT / "sample_dumps" / "spec_4_3_4.pt")
 
 

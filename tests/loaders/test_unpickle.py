@@ -17,7 +17,7 @@ import torch
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning
-from rollaudit._loaders.torchsave.torch_zip import TorchArchive, load_torch_file
+from rollaudit._loaders.torchsave.torch_zip import TorchArchive
 from rollaudit._loaders.torchsave.unpickle import Placeholder, StoredTensor
 from tests.fuzz.payloads import (
     APPENDS,
@@ -39,8 +39,9 @@ from tests.fuzz.payloads import (
     text,
     text_list,
 )
+from tests.torch_files import load_torch_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("sample_dumps_generate", ROOT / "sample_dumps" / "generate.py")
 generate = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generate)
@@ -242,7 +243,7 @@ def test_placeholders_take_every_protocol_step(tmp_path: Path, protocol: int):
         "kept": [1, 2.5, "x"],
     }
     path = generate.write_torch_zip(tmp_path / "p.pt", pickle.dumps(value, protocol=protocol))
-    with pytest.warns(RollauditWarning, match=r"placeholders for \d+ unknown classes: .*tests\.test_unpickle\.Unknown"):
+    with pytest.warns(RollauditWarning, match=r"placeholders for \d+ unknown classes: .*tests\.loaders\.test_unpickle\.Unknown"):
         loaded = load_torch_file(path)
     for key in ("plain", "list", "dict", "set", "reduce", "array"):
         assert isinstance(loaded[key], Placeholder), key
@@ -374,7 +375,7 @@ def test_pickle_size_limit(tmp_path: Path):
 
 def test_deflated_storages_are_read_and_a_deflated_pickle_is_refused(tmp_path: Path):
     # torch.save stores every member; a re-zipped file may deflate its storages (inflated within a budget), but a
-    # deflated data.pkl would be inflated whole before any opcode check: refused in one line (issue 16).
+    # deflated data.pkl would be inflated whole before any opcode check: refused in one line.
     valid = _valid(tmp_path)
     storages_deflated, all_deflated = tmp_path / "storages.pt", tmp_path / "deflated.pt"
     with zipfile.ZipFile(valid) as source:
@@ -391,7 +392,7 @@ def test_deflated_storages_are_read_and_a_deflated_pickle_is_refused(tmp_path: P
 
 
 def test_random_corruption_never_escapes_as_another_exception(tmp_path: Path):
-    """A smoke fuzz (issue 8 fuzzes properly): flipped, dropped and truncated bytes end in InputError or a value."""
+    """A smoke fuzz (tests/fuzz fuzzes properly): flipped, dropped and truncated bytes end in InputError or a value."""
     torch.save({"rollout_id": 1, "samples": generate.spec_4_3_4_step()[:3], "t": torch.arange(4)}, tmp_path / "f.pt")
     original = (tmp_path / "f.pt").read_bytes()
     with zipfile.ZipFile(tmp_path / "f.pt") as archive:

@@ -1,4 +1,4 @@
-"""Hostile and broken inputs (issue 16), each class at ten times the size that once broke rollaudit, run the way a
+"""Hostile and broken inputs, each class at ten times the size that once broke rollaudit, run the way a
 user runs it: ``python -m rollaudit`` in a child process, measured for its exit code, seconds and peak resident
 memory (the largest of it and of every process it waited for, its capped table reader included).
 
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from rollaudit._loaders.arrow import tables
 from tests.fuzz import payloads
-from tests.test_unpickle import generate
+from tests.loaders.test_unpickle import generate
 
 SECONDS = 30.0
 PEAK_MIB = 1536

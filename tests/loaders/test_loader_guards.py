@@ -20,7 +20,7 @@ from rollaudit._loaders.registry import FORMATS
 from rollaudit._table import facts_in, found_in, notes_in
 from tests.conformance.conftest import corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
 _spec = importlib.util.spec_from_file_location("sample_dumps_generate_tables", SAMPLES / "generate_tables.py")
 generate_tables = importlib.util.module_from_spec(_spec)

@@ -16,7 +16,7 @@ from rollaudit import InputError, RollauditWarning
 from rollaudit._loaders.registry import FORMATS
 from rollaudit._loaders.run.load import detect_format
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUMPS = ROOT / "sample_dumps"
 SAMPLES = {
     "uniform.pt": "slime",

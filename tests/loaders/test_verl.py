@@ -14,7 +14,7 @@ import rollaudit
 from rollaudit import InputError, RollauditWarning
 from rollaudit._table import CANONICAL_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VERL = ROOT / "sample_dumps" / "verl" / "rollout_data"
 LINE = {"input": "p0", "output": "an answer", "gts": "4", "score": 1.0, "step": 3, "acc": True}
 
