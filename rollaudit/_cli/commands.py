@@ -26,10 +26,12 @@ from .io import (
     write_text,
 )
 from .options import (
+    GATE_RULES,
     LOAD,
     CompareFormat,
     Device,
     DeviceOption,
+    GateRules,
     Inputs,
     Quiet,
     Reference,
@@ -42,6 +44,7 @@ from .options import (
 ADVANTAGE_PREFIX = "advantage:"
 # What the LOAD group's options make when none is given; the signature typer reads has the options instead.
 DEFAULT_LOAD = LoadOptions()
+DEFAULT_RULES: GateRules = {}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -245,90 +248,10 @@ def convert(
 
 @app.command()
 @LOAD
+@GATE_RULES
 def gate(
     inputs: Inputs,
-    max_rules: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--max",
-            metavar="SCHEME:METRIC=LIMIT",
-            help=(
-                "The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable. "
-                "SCHEME 'trained' checks the run's own advantages; a named scheme measures what it would do to "
-                "this data, whatever the trainer did."
-            ),
-            show_default=False,
-        ),
-    ] = None,
-    min_rules: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--min",
-            metavar="SCHEME:METRIC=LIMIT",
-            help="The metric of SCHEME (or 'trained') against the reference must be at least LIMIT; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    reference: Annotated[
-        str | None,
-        typer.Option(
-            "--reference",
-            "-r",
-            metavar="SCHEME",
-            help="The scheme every metric is measured against. Default: the baseline's reference, else prompt.",
-            show_default=False,
-        ),
-    ] = None,
-    schemes: Schemes = None,
-    trained_with: TrainedWith = None,
-    require: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--require",
-            metavar="NAME",
-            help="A data rule: prompt-key, trajectory-key, finite-rewards or no-singletons; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    expect_recorded: Annotated[
-        str | None,
-        typer.Option(
-            "--expect-recorded",
-            metavar="SCHEME",
-            help="The advantages the dump recorded must equal SCHEME's; on a mismatch, the best fit is named.",
-            show_default=False,
-        ),
-    ] = None,
-    recorded_tolerance: Annotated[
-        float | None,
-        typer.Option(
-            "--recorded-tolerance",
-            metavar="TOL",
-            help="Tolerance of --expect-recorded, times max(1, max |recorded|). Default: 1e-4.",
-            show_default=False,
-        ),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="FILE",
-            help="Fail when a metric moved from this baseline (written by --write-baseline) past its tolerance.",
-            show_default=False,
-        ),
-    ] = None,
-    baseline_tolerance: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--baseline-tolerance",
-            metavar="METRIC:TOL",
-            help=(
-                "How far METRIC may move from the baseline: sign_flip_rate:0.5% (points on a rate), nonzero:5% "
-                "(relative), nonzero:3 (absolute), *:TOL (every other metric); repeatable. Default: unchanged."
-            ),
-            show_default=False,
-        ),
-    ] = None,
+    rules: GateRules = DEFAULT_RULES,  # replaced by the GATE_RULES group's options
     write_baseline_file: Annotated[
         Path | None,
         typer.Option(
@@ -384,19 +307,7 @@ def gate(
     from .._output import prepare_output
     from .._render.gate import emit_github, junit_xml, terminal, to_json
 
-    config = gate_config(
-        load_gate_config(path=config_file, start_dir="."),
-        max_rules=max_rules or (),
-        min_rules=min_rules or (),
-        reference=reference,
-        schemes=schemes,
-        require=require or (),
-        expect_recorded=expect_recorded,
-        recorded_tolerance=recorded_tolerance,
-        baseline=baseline,
-        baseline_tolerance=baseline_tolerance or (),
-        trained_with=trained_with,
-    )
+    config = gate_config(load_gate_config(path=config_file, start_dir="."), **rules)
     require_rules(config, writing_baseline=write_baseline_file is not None)
     junit_path = prepare_output(junit) if junit is not None else None
     baseline_path = prepare_output(write_baseline_file) if write_baseline_file is not None else None

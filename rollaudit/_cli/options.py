@@ -350,3 +350,96 @@ def compare_format(chosen: Enum | None, *, as_json: bool, as_markdown: bool) -> 
     if len(set(named.values())) > 1:
         raise UsageError(f"{' and '.join(named)} exclude each other", expected="one output format")
     return next(iter(named.values()), "terminal")
+
+
+GateRules = dict[str, Any]
+"""The gate's rule options by name, as :func:`rollaudit.gate_config` takes them (sequences never None)."""
+_REPEATABLE = ("max_rules", "min_rules", "require", "baseline_tolerance")
+
+
+def _gate_rules(values: Mapping[str, Any]) -> GateRules:
+    return {name: (() if value is None and name in _REPEATABLE else value) for name, value in values.items()}
+
+
+_RULE = "SCHEME:METRIC=LIMIT"
+GATE_RULES = OptionGroup(
+    parameter="rules",
+    options=(
+        _option(
+            "max_rules",
+            list[str] | None,
+            "--max",
+            metavar=_RULE,
+            show_default=False,
+            help=(
+                "The metric of SCHEME against the reference must be at most LIMIT (a rate may be 1%); repeatable. "
+                "SCHEME 'trained' checks the run's own advantages; a named scheme measures what it would do to "
+                "this data, whatever the trainer did."
+            ),
+        ),
+        _option(
+            "min_rules",
+            list[str] | None,
+            "--min",
+            metavar=_RULE,
+            show_default=False,
+            help="The metric of SCHEME (or 'trained') against the reference must be at least LIMIT; repeatable.",
+        ),
+        _option(
+            "reference",
+            str | None,
+            "--reference",
+            "-r",
+            metavar="SCHEME",
+            show_default=False,
+            help="The scheme every metric is measured against. Default: the baseline's reference, else prompt.",
+        ),
+        Option("schemes", Schemes),
+        Option("trained_with", TrainedWith),
+        _option(
+            "require",
+            list[str] | None,
+            "--require",
+            metavar="NAME",
+            show_default=False,
+            help="A data rule: prompt-key, trajectory-key, finite-rewards or no-singletons; repeatable.",
+        ),
+        _option(
+            "expect_recorded",
+            str | None,
+            "--expect-recorded",
+            metavar="SCHEME",
+            show_default=False,
+            help="The advantages the dump recorded must equal SCHEME's; on a mismatch, the best fit is named.",
+        ),
+        _option(
+            "recorded_tolerance",
+            float | None,
+            "--recorded-tolerance",
+            metavar="TOL",
+            show_default=False,
+            help="Tolerance of --expect-recorded, times max(1, max |recorded|). Default: 1e-4.",
+        ),
+        _option(
+            "baseline",
+            Path | None,
+            "--baseline",
+            metavar="FILE",
+            show_default=False,
+            help="Fail when a metric moved from this baseline (written by --write-baseline) past its tolerance.",
+        ),
+        _option(
+            "baseline_tolerance",
+            list[str] | None,
+            "--baseline-tolerance",
+            metavar="METRIC:TOL",
+            show_default=False,
+            help=(
+                "How far METRIC may move from the baseline: sign_flip_rate:0.5% (points on a rate), nonzero:5% "
+                "(relative), nonzero:3 (absolute), *:TOL (every other metric); repeatable. Default: unchanged."
+            ),
+        ),
+    ),
+    build=_gate_rules,
+)
+"""``rollaudit gate``'s rules: given to the command as one dict of :func:`rollaudit.gate_config` keywords."""
