@@ -132,8 +132,11 @@ def first_json_object(path: Path) -> dict | None:
 @functools.lru_cache(maxsize=64)
 def _first_object(path: str, size: int, mtime_ns: int, inode: int) -> dict | None:
     line = _first_line(Path(path))
-    if not line:
-        return None
+    return json_line_object(line) if line else None
+
+
+def json_line_object(line: bytes | str) -> dict | None:
+    """The JSON object one line holds, or None (not JSON, or JSON but no object)."""
     try:
         value = json.loads(line)
     except (ValueError, RecursionError):

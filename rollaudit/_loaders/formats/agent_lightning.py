@@ -13,7 +13,6 @@ the group key).
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,11 +49,7 @@ def _first_object_of_zip(path: Path) -> dict | None:
                 line = stream.readline(_LINE_LIMIT)
     except Exception:  # a damaged zip is simply not this export
         return None
-    try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return value if type(value) is dict else None
+    return tables.json_line_object(line)
 
 
 def _first_object(path: Path) -> dict | None:
