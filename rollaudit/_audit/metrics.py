@@ -20,7 +20,7 @@ import torch
 from .._table import PROMPT
 from .engine.encode import F64, Encoded
 from .engine.groups import Grouping, grouping_of
-from .engine.sizing import counted_in_bins, fresh, gather, pieces
+from .engine.sizing import counted_in_bins, gather, pieces
 from .engine.tally import Sums, Tally, named_counts
 from .metric_names import METRICS
 from .schemes import Scheme
@@ -78,7 +78,7 @@ def group_rows(enc: Encoded, n: int | None = None) -> Groups:
     every = present.numel() == count
     # Any row of a group will do: each row writes its number to its group's slot (a plain scatter, half the
     # cost of finding the first).
-    row = fresh(count, torch.int64, enc.device)
+    row = torch.empty(count, dtype=torch.int64, device=enc.device)
     for rows, numbers in pieces(enc.rows, torch.int64, enc.device):
         row.scatter_(0, group[rows], torch.arange(rows.start, rows.stop, out=numbers))
     row = row if every else row.index_select(0, present)

@@ -69,7 +69,8 @@ def timed(table: pa.Table, scheme: str, device: str, repeat: int) -> tuple[float
 
 def cuda_tests() -> int:
     """The test suite's CUDA tests (they skip without a device)."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", "tests/audit/test_kernel.py"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda"]
+    command.append("tests/audit/test_kernel.py")
     return subprocess.run(command, cwd=ROOT, check=False).returncode
 
 

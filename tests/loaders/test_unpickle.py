@@ -243,7 +243,8 @@ def test_placeholders_take_every_protocol_step(tmp_path: Path, protocol: int):
         "kept": [1, 2.5, "x"],
     }
     path = generate.write_torch_zip(tmp_path / "p.pt", pickle.dumps(value, protocol=protocol))
-    with pytest.warns(RollauditWarning, match=r"placeholders for \d+ unknown classes: .*tests\.loaders\.test_unpickle\.Unknown"):
+    unknown = r"placeholders for \d+ unknown classes: .*tests\.loaders\.test_unpickle\.Unknown"
+    with pytest.warns(RollauditWarning, match=unknown):
         loaded = load_torch_file(path)
     for key in ("plain", "list", "dict", "set", "reduce", "array"):
         assert isinstance(loaded[key], Placeholder), key

@@ -21,7 +21,7 @@ import torch
 
 from ..._errors import SchemeError
 from ..._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
-from .sizing import counted_in_bins, fresh, pieces
+from .sizing import counted_in_bins, pieces
 
 F64 = torch.float64
 T = TypeVar("T")
@@ -346,7 +346,7 @@ class Encoded:
             if self._positions_are_ranks:  # no arange to build
                 self._batch_rank = self.position
             else:
-                rows = torch.arange(self.rows, out=fresh(self.rows, torch.int64, self.device))
+                rows = torch.arange(self.rows, device=self.device)
                 order = self._row_order
                 if order is None:
                     self._batch_rank = rows

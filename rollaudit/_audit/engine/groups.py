@@ -21,7 +21,7 @@ from ..._errors import SchemeError
 from ..._table import PROMPT
 from ..schemes import Scheme
 from .encode import F64, Encoded, compact_codes
-from .sizing import counted_in_bins, fresh, gather, piece_size, pieces
+from .sizing import counted_in_bins, gather, piece_size, pieces
 
 
 def _pair_codes(major: torch.Tensor, minor: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -29,7 +29,7 @@ def _pair_codes(major: torch.Tensor, minor: torch.Tensor) -> tuple[torch.Tensor,
     if minor.numel() == 0:
         return minor.clone(), 0
     # One fused pass, into a tensor of this call's own (shifted in place).
-    pairs = torch.add(minor, major, alpha=int(minor.max()) + 1, out=fresh(minor.numel(), torch.int64, minor.device))
+    pairs = torch.add(minor, major, alpha=int(minor.max()) + 1)
     return compact_codes(pairs, owned=True)
 
 
@@ -42,7 +42,7 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
         return minor.clone(), 0
     span = int(minor.max()) + 1 if span is None else span
     steps = step_segments(enc)
-    pairs = fresh(minor.numel(), torch.int64, minor.device)
+    pairs = torch.empty(minor.numel(), dtype=torch.int64, device=minor.device)
     if steps.runs is not None:
         # Steps as runs: each run's codes shifted by its step's offset, without reading a step code per row.
         steps.apply(minor, torch.arange(enc.steps, device=minor.device).mul_(span), torch.add, pairs)
@@ -203,7 +203,7 @@ class Units:
         # Every row writes its group to its unit; an empty code keeps the extra group. Which of a unit's
         # writes lands is unspecified, so units are only used where their rows share a group (pair codes,
         # or trajectory codes checked against the groups).
-        self.group = fresh(count, torch.int64, enc.device).fill_(group_count).scatter_(0, of_row, groups)
+        self.group = torch.full((count,), group_count, device=enc.device).scatter_(0, of_row, groups)
 
     @cached_property
     def segments(self) -> Segments:
@@ -235,7 +235,7 @@ def _reduced_ranks(
     enc: Encoded, of_row: torch.Tensor, count: int, ranks: torch.Tensor | None, how: str, none: int
 ) -> torch.Tensor:
     """``how`` ("amin" or "amax") of ``ranks`` (default: batch ranks, piece by piece) among each unit's rows."""
-    reduced = fresh(count, torch.int64, enc.device).fill_(none)
+    reduced = torch.full((count,), none, device=enc.device)
     if ranks is not None:
         return reduced.scatter_reduce_(0, of_row, ranks, how)
     for rows, piece_ranks in enc.batch_rank_pieces():
@@ -420,7 +420,7 @@ class Segments:
         """``values`` minus each row's segment value, in one new tensor or (``in_place``) in ``values``."""
         if self.single:
             return values.sub_(per_segment) if in_place else values - per_segment
-        out = values if in_place else fresh(values.numel(), F64, values.device)
+        out = values if in_place else torch.empty(values.numel(), dtype=F64, device=values.device)
         return self.apply(values, per_segment, torch.sub, out)
 
     def sum_of_squares(self, values: torch.Tensor) -> torch.Tensor:

@@ -2,15 +2,13 @@
 
 On the CPU, fresh memory is a cost of its own: the first touch of a new page can cost as much as the arithmetic
 on it. So two-step passes (square then sum, gather then multiply) run a piece of rows at a time through one small
-buffer that stays in cache, and the buffers that remain come from numpy's allocator (:func:`fresh`). On a GPU a
-piece costs a kernel launch, so the whole tensor is one piece.
+buffer that stays in cache. On a GPU a piece costs a kernel launch, so the whole tensor is one piece.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 
 PIECE_ROWS = 1 << 18
@@ -47,26 +45,6 @@ def counted_in_bins(span: int, rows: int) -> bool:
     return span <= 4 * rows + 1024
 
 
-_NUMPY_TYPES = {
-    torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
-    torch.int8: np.int8, torch.bool: np.bool_,
-}  # fmt: skip
-
-
-def fresh(rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised tensor of ``rows`` elements, for an ``out=`` or a fill.
-
-    On the CPU its memory comes from numpy, whose allocator puts large blocks
-    on transparent huge pages whatever the order of imports; PyTorch's does
-    so only when ``THP_MEM_ALLOC_ENABLE`` was set before torch was imported
-    (``import rollaudit`` sets it, if it comes first). On 4 KB pages the
-    first touch of a fresh 40 MB tensor costs 2-3x more.
-    """
-    if device.type != "cpu" or dtype not in _NUMPY_TYPES:
-        return torch.empty(rows, dtype=dtype, device=device)
-    return torch.from_numpy(np.empty(rows, dtype=_NUMPY_TYPES[dtype]))
-
-
 def gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``values[index]`` into a :func:`fresh` tensor."""
-    return torch.index_select(values, 0, index, out=fresh(index.numel(), values.dtype, values.device))
+    """``values[index]``, along the first axis."""
+    return torch.index_select(values, 0, index)

@@ -5,14 +5,13 @@ or undefined where either is NaN) adds to five counts of its prompt group,
 packed into one int64 word (one scatter for all five); the counts per step
 and per run are sums of those. Per step, a few float sums (absolute
 differences, their largest, the products of the cosine). The sweep goes a
-piece of rows at a time through buffers made once, so that no step of it
+piece of rows at a time through buffers made once a pass, so that no step of it
 writes fresh memory (on the CPU a fresh 8 MB temporary costs ten times the
 arithmetic on it), and a piece inside one step reduces with plain sums.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,7 +20,7 @@ import torch
 
 from .encode import F64, Encoded, any_nan
 from .groups import Piece, Segments, step_segments
-from .sizing import fresh, piece_size
+from .sizing import piece_size
 from .threads import SideBySide
 
 # Sign pair codes: 3 * (sign of the scheme + 1) + (sign of the reference + 1), 9 for a sample left out (undefined).
@@ -91,7 +90,7 @@ class Packing:
 @dataclass
 class Layout:
     """Where each sample is counted, and how much: its group (a prompt group, or its step where the table has
-    none), its step, its token weight; with the buffers every scheme's pass reuses."""
+    none), its step, its token weight."""
 
     group: torch.Tensor
     group_count: int
@@ -104,7 +103,6 @@ class Layout:
     token_lengths: bool  # whether any response length is known
     packing: Packing
     step_samples: torch.Tensor  # float64 per step: its samples
-    _buffers: dict = field(default_factory=dict, repr=False)
     _known_tokens: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
@@ -151,14 +149,6 @@ class Layout:
                     group_step = torch.cummax(group_step, 0).values
         per_step = torch.bincount(group_step, minlength=enc.steps) if in_order else None
         return cls(group, group_count, group_step, by_step, enc.steps, per_step, *shared)
-
-    def buffer(self, name: str, rows: int, dtype: torch.dtype) -> torch.Tensor:
-        """A buffer of at least ``rows`` elements, made once per layout, name and thread (passes run side by side)."""
-        key = (threading.get_ident(), name)
-        held = self._buffers.get(key)
-        if held is None or held.numel() < rows:
-            held = self._buffers[key] = fresh(rows, dtype, self.group.device)
-        return held[:rows]
 
     def pieces(self, rows: int) -> Iterator[Piece]:
         """Slices of :func:`~.sizing.piece_size` rows, with the steps each holds."""
@@ -214,10 +204,12 @@ class Reference:
     def squares(self, layout: Layout) -> torch.Tensor:
         """Token-weighted sum of the squared values per step (every sample compared), made once per layout."""
         if self._squares is None or self._squares[0] is not layout:
-            total = torch.zeros(layout.steps, dtype=F64, device=self.values.device)
-            for piece in layout.pieces(self.values.numel()):
+            rows, device = self.values.numel(), self.values.device
+            total = torch.zeros(layout.steps, dtype=F64, device=device)
+            product = torch.empty(piece_size(rows, device), dtype=F64, device=device)
+            for piece in layout.pieces(rows):
                 values = self.values[piece.rows]
-                squares = torch.mul(values, values, out=layout.buffer("product", values.numel(), F64))
+                squares = torch.mul(values, values, out=product[: values.numel()])
                 layout.by_step.add_sums(
                     total, squares if layout.weight is None else squares.mul_(layout.weight[piece.rows]), piece
                 )
@@ -270,11 +262,15 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
     # Without a NaN on either side every sample is compared: no mask, and the reference's squares are shared.
     everywhere = not reference.any_nan and not any_nan(scheme)
     size = piece_size(rows, device)
-    product, weighted = layout.buffer("product", size, F64), layout.buffer("weighted", size, F64)
-    signs_buffer, pair_buffer = layout.buffer("signs", size, torch.int8), layout.buffer("pair", size, torch.int8)
-    index, packed = layout.buffer("index", size, torch.int32), layout.buffer("packed", size, torch.int64)
-    above, below = layout.buffer("above", size, torch.bool), layout.buffer("below", size, torch.bool)
-    flipped_rows = layout.buffer("flipped", size, torch.bool)
+
+    # The pass's buffers, one piece long, reused from piece to piece.
+    def buffer(dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(size, dtype=dtype, device=device)
+
+    product, weighted = buffer(F64), buffer(F64)
+    signs_buffer, pair_buffer = buffer(torch.int8), buffer(torch.int8)
+    index, packed = buffer(torch.int32), buffer(torch.int64)
+    above, below, flipped_rows = buffer(torch.bool), buffer(torch.bool), buffer(torch.bool)
     packing = layout.packing
     # The packed counts are the Tally's own (the per-prompt rows read them later): not a shared buffer.
     words = torch.zeros(packing.table.shape[0], layout.group_count, dtype=torch.int64, device=device)
@@ -342,7 +338,7 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
         if not token_lengths:
             del floats["token_flips"], floats["token_compared"]
     # Per step, class by class through one buffer of one group count.
-    shifted = layout.buffer("shifted", layout.group_count, torch.int64)
+    shifted = torch.empty(layout.group_count, dtype=torch.int64, device=device)
     step_counts = torch.stack([layout.count_per_step(packing.unpack(words, name, shifted)) for name in CLASSES])
     step_counts = step_counts.to(F64)
     per_step = Sums(layout.step_samples, step_counts, floats, max_abs, token_lengths)
