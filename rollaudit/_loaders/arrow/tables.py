@@ -15,7 +15,7 @@ import csv
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -330,8 +330,8 @@ def _too_deep_line(view: Any, limit: int) -> int | None:
     import numpy as np
 
     chunks = [view[start : start + _DEPTH_CHUNK] for start in range(0, len(view), _DEPTH_CHUNK)]
-    if sum(int(np.count_nonzero((chunk == 91) | (chunk == 123))) for chunk in chunks) <= limit:
-        return None  # not enough brackets in the whole file to nest that deep
+    if _nesting_bound(chunks, limit) <= limit:
+        return None  # no line is long enough, or opens brackets enough, to nest that deep
     scan = _DepthScan()
     newlines = 0
     for chunk in chunks:
@@ -340,6 +340,36 @@ def _too_deep_line(view: Any, limit: int) -> int | None:
             return newlines + int(np.count_nonzero(chunk[:position] == 10)) + 1
         newlines += int(np.count_nonzero(chunk == 10))
     return None
+
+
+def _nesting_bound(chunks: list[Any], limit: int) -> int:
+    """A bound of any one line's nesting depth, at memory speed: the longest line's length where that is within
+    ``limit`` (one pass), else the most ``[`` and ``{`` bytes one line holds (strings included). The exact depth
+    scan runs only where this bound passes the limit."""
+    import numpy as np
+
+    ends = [np.flatnonzero(chunk == 10) for chunk in chunks]
+    longest = _most_per_line(chunks, ends, lambda chunk, at: np.diff(at, prepend=-1, append=len(chunk)) - 1)
+    if longest <= limit:
+        return longest
+    return _most_per_line(
+        chunks,
+        ends,
+        lambda chunk, at: np.bincount(
+            np.searchsorted(at, np.flatnonzero((chunk == 91) | (chunk == 123))), minlength=len(at) + 1
+        ),
+    )
+
+
+def _most_per_line(chunks: list[Any], ends: list[Any], count: Callable[[Any, Any], Any]) -> int:
+    """The largest per-line total of ``count(chunk, newline positions)`` (one count per line piece of the chunk,
+    the last for the line that runs on into the next chunk)."""
+    most = carried = 0
+    for chunk, at in zip(chunks, ends, strict=True):
+        per_line = count(chunk, at)
+        per_line[0] += carried
+        most, carried = max(most, int(per_line.max())), int(per_line[-1])
+    return most
 
 
 def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
