@@ -1,5 +1,7 @@
 """The ``rollaudit`` command line: the group and its error mapping (:mod:`.app`), the options declared once
-(:mod:`.options`), and the commands (:mod:`.commands`)."""
+(:mod:`.options`), what commands share (:mod:`.io`: loading with progress, writing outputs), the commands
+(:mod:`.commands`) and the reference printed from the registries (:mod:`.reference`: ``formats``, ``schemes``,
+``schema``)."""
 
 from __future__ import annotations
 
