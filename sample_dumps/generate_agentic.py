@@ -1,4 +1,4 @@
-"""Write the committed samples of the agentic frameworks' own dumps: verl V1, AReaL, rllm, NeMo-RL, ROLL.
+"""Write the committed samples of the agentic frameworks' own dumps: verl V1, AReaL, rllm, NeMo-RL, ROLL, tinker.
 
     python sample_dumps/generate_agentic.py            # rewrite the samples next to this script
     python sample_dumps/generate_agentic.py --check    # exit 1 if a committed sample differs from a fresh one
@@ -258,7 +258,58 @@ def write_roll(root: Path) -> list[Path]:
     return [_write_lines(root / "roll" / "rollout_dump_data.step_2.jsonl", [columns])]
 
 
-WRITERS = (write_verl_v1, write_areal, write_rllm, write_nemo_rl, write_roll)
+# ---------------------------------------------------------------------------------------------------------------------
+# tinker-cookbook: iteration_{N:06d}/train_rollout_summaries.jsonl, a line per trajectory, groups in batch order.
+
+
+def write_tinker(root: Path) -> list[Path]:
+    rng = random.Random(26)
+    paths = []
+    for iteration in (1, 2):
+        rows = []
+        # Uneven groups (one trajectory lost to a rollout error, a singleton), one constant group, multi-turn steps.
+        for group, (size, kind) in enumerate([(4, "mixed"), (3, "mixed"), (4, "all1"), (1, "singleton"), (6, "frac")]):
+            for trajectory in range(size):
+                final = {"all1": 1.0, "frac": rng.choice([0.0, 0.25, 0.5, 0.75, 1.0])}.get(kind, rng.choice([0.0, 1.0]))
+                turns, observation, steps = rng.randint(1, 3), 12, []
+                for turn in range(turns):
+                    action = rng.randint(2, 9)
+                    penalty = -0.1 if kind == "mixed" and rng.random() < 0.2 else 0.0
+                    done = turn == turns - 1
+                    steps.append(
+                        {
+                            "step_idx": turn,
+                            "ob_len": observation,
+                            "ac_len": action,
+                            "reward": penalty,
+                            "episode_done": done,
+                            "metrics": {"stop/completed": 1.0} if done else {},
+                            "logs": {},
+                        }
+                    )
+                    observation += action + rng.randint(3, 8)
+                rows.append(
+                    {
+                        "schema_version": 1,
+                        "split": "train",
+                        "iteration": iteration,
+                        "group_idx": group,
+                        "traj_idx": trajectory,
+                        "tags": ["math", "rlvr"],
+                        "sampling_client_step": iteration,
+                        "total_reward": sum(step["reward"] for step in steps) + final,
+                        "final_reward": final,
+                        "trajectory_metrics": {"correct": final},
+                        "steps": steps,
+                        "final_ob_len": observation,
+                    }
+                )
+        path = root / "tinker" / f"iteration_{iteration:06d}" / "train_rollout_summaries.jsonl"
+        paths.append(_write_lines(path, rows))
+    return paths
+
+
+WRITERS = (write_verl_v1, write_areal, write_rllm, write_nemo_rl, write_roll, write_tinker)
 
 
 def write_all(root: Path) -> list[Path]:

@@ -526,6 +526,18 @@ PRESETS: dict[str, Scheme] = {
             groups="batch",
             std_guard="cutoff",
         ),
+        # tinker-cookbook.
+        _preset(
+            "tinker-center",
+            PresetNotes(
+                "tinker-cookbook: the total reward minus its group's mean over the group's trajectories, no std and "
+                "no eps, in float32; a one-trajectory group gives 0",
+                "tinker-cookbook rl/data_processing.py compute_advantages (9dfcc3a)",
+            ),
+            groups="prompt",
+            scale="none",
+            dtype="float32",
+        ),
         # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
         _preset(
             "custom",

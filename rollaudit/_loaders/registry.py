@@ -7,12 +7,13 @@ command line find it through this table.
 from __future__ import annotations
 
 from .base import Format
-from .formats import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, trl, verl
+from .formats import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, tinker, trl, verl
 
 FORMATS: dict[str, Format] = {
     loader.name: loader
     for loader in (
         slime.LOADER,
+        tinker.LOADER,
         areal.LOADER,  # before verl: its task files are named {task_id}.jsonl, like verl's {step}.jsonl
         verl.LOADER,
         trl.LOADER,

@@ -1,4 +1,4 @@
-"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, agent-lightning's export).
+"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, tinker, agent-lightning's export).
 
 Two kinds of case per loader, each over the bundled samples in the framework's own layout: their bytes mutated,
 and their JSON mutated by structure (a value at a random path replaced by a random JSON value, a key dropped, a
@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests.fuzz import harness, mutations
 from tests.fuzz.harness import read_sample, run_case
 
+_TINKER = "train_rollout_summaries.jsonl"
 # loader -> (files of one case: name in the case directory -> sample path, the path to load in the case directory)
 CASES = {
     "areal": (
@@ -31,6 +32,10 @@ CASES = {
         "rollout_dump_data.step_2.jsonl",
     ),
     "verl_v1": ({"rollout_data/3.jsonl": "verl_v1/rollout_data/3.jsonl"}, "rollout_data"),
+    "tinker": (
+        {f"iteration_00000{n}/{_TINKER}": f"tinker/iteration_00000{n}/{_TINKER}" for n in (1, 2)},
+        ".",
+    ),
 }
 
 
@@ -151,3 +156,5 @@ test_roll_mutated_bytes = _byte_test("roll")
 test_roll_mutated_structure = _structure_test("roll")
 test_verl_v1_mutated_bytes = _byte_test("verl_v1")
 test_verl_v1_mutated_structure = _structure_test("verl_v1")
+test_tinker_mutated_bytes = _byte_test("tinker")
+test_tinker_mutated_structure = _structure_test("tinker")

@@ -28,6 +28,7 @@ SAMPLES = {
     "generic/rollouts.jsonl": "generic",
     "generic/rollouts.feather": "generic",
     "nemo/train_data_step3.jsonl": "generic",
+    "tinker/iteration_000001/train_rollout_summaries.jsonl": "tinker",
 }
 
 
@@ -39,7 +40,9 @@ def load_quietly(*args, **kwargs):
 
 def test_the_registry_order():
     # slime first; generic accepts any table: last; agent-lightning's export before it, so it is never a table.
-    assert list(FORMATS) == ["slime", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"]
+    assert list(FORMATS) == [
+        "slime", "tinker", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("relative", sorted(SAMPLES))
