@@ -190,6 +190,7 @@ def oracle_advantages(rows, scheme):
     for index, row in enumerate(rows):
         row["_row"] = index
         row["_reward"] = row["reward"]
+        row["_exact"] = row[scheme.reward]
         row["reward"] = round_to(row[scheme.reward], scheme.dtype)
     steps = OrderedDict()
     for row in rows:
@@ -198,7 +199,8 @@ def oracle_advantages(rows, scheme):
         for batch in steps.values():
             batch = sorted(batch, key=lambda row: (row["position"], row["_row"]))
             batch_finite = [row["reward"] for row in batch if math.isfinite(row["reward"])]
-            for group, grouped in _batch_groups(batch, scheme):
+            groups = _batch_groups(batch, scheme)
+            for group, grouped in groups:
                 if not grouped:  # rows after the last full slice: mean 0 and std 0, each row on its own
                     for row in group:
                         reward = row["reward"]
@@ -215,14 +217,32 @@ def oracle_advantages(rows, scheme):
                         result[row["_row"]] = advantage if math.isfinite(row["reward"]) else math.nan
             if scheme.whiten == "tokens":
                 _whiten(batch, result)
+            if scheme.drop == "constant":
+                _drop_constant(batch, [group for group, grouped in groups if grouped], result)
         for row in rows:
             if not math.isfinite(row["reward"]):
                 result[row["_row"]] = math.nan if scheme.nonfinite == "nan" else 0.0
     finally:
         for row in rows:
             row["reward"] = row.pop("_reward")
-            del row["_row"]
+            del row["_row"], row["_exact"]
     return result
+
+
+def _drop_constant(batch, groups, result):
+    """``drop=constant``: a group whose finite rewards (as given, before any rounding) are all one value is not
+    trained (NaN); where every group of the batch is, the group of the batch's first row is kept."""
+    def constant(group):
+        values = {row["_exact"] for row in group if math.isfinite(row["_exact"])}
+        return len(values) == 1
+
+    dropped = [group for group in groups if constant(group)]
+    if len(dropped) == len(groups):
+        first = batch[0]["_row"]
+        dropped = [group for group in dropped if all(row["_row"] != first for row in group)]
+    for group in dropped:
+        for row in group:
+            result[row["_row"]] = math.nan
 
 
 def oracle_sign(value, tol=1e-6):

@@ -327,7 +327,31 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         result = _whiten_tokens(enc, scheme, result)
     if not enc.all_finite:
         result.masked_fill_(~enc.finite, torch.nan if scheme.nonfinite == "nan" else 0.0)
+    if scheme.drop == "constant":
+        result.masked_fill_(dropped_rows(enc, scheme), torch.nan)
     return result
+
+
+def dropped_rows(enc: Encoded, scheme: Scheme) -> torch.Tensor:
+    """The rows of the groups ``drop=constant`` leaves untrained: every finite reward of the group one value (a
+    one-member group included), except that a step whose groups are all constant keeps its first group in batch
+    order (tinker-cookbook's remove_constant_reward_groups keeps one so that the batch is not empty)."""
+    grouping = grouping_of(enc.with_reward(scheme.reward), scheme)
+    low, high = finite_extremes(enc.with_reward(scheme.reward), grouping.codes, grouping.count)
+    dropped = (low == high).index_select(0, grouping.codes)
+    varied = ~dropped
+    ungrouped = ungrouped_rows(enc, scheme)
+    if ungrouped is not None:  # rows in no group (AReaL's stride remainder) are neither dropped nor a group
+        dropped &= ~ungrouped
+        varied &= ~ungrouped
+    varied_rows = torch.bincount(enc.step, weights=varied.to(F64), minlength=enc.steps)
+    all_constant = varied_rows == 0
+    if bool(all_constant.any()):
+        step_start = torch.cumsum(enc.step_sizes, 0) - enc.step_sizes
+        first_group = grouping.codes.index_select(0, enc.row_at(step_start.clamp(max=max(enc.rows - 1, 0))))
+        kept = all_constant.index_select(0, enc.step) & (grouping.codes == first_group.index_select(0, enc.step))
+        dropped &= ~kept
+    return dropped
 
 
 def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
@@ -348,6 +372,13 @@ def scheme_notes(enc: Encoded, scheme: Scheme) -> list[str]:
             f"{label}: {rows} sample{'s' if rows != 1 else ''} after the last full slice of {scheme.n} have no group: "
             f"mean 0 and std 0, so they {how}, as in AReaL (issue #1673)"
         )
+    if scheme.drop == "constant":
+        rows = int(dropped_rows(enc, scheme).sum())
+        if rows:
+            notes.append(
+                f"{label}: {rows} sample{'s' if rows != 1 else ''} of groups whose rewards are all equal left "
+                "untrained (undefined), as remove_constant_reward_groups drops them"
+            )
     if scheme.singleton == "nan":
         grouping = grouping_of(enc.with_reward(scheme.reward), scheme)
         groups, count = grouping.codes, grouping.count

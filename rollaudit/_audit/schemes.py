@@ -92,6 +92,10 @@ class Scheme:
     whiten
         ``tokens``: after the group step, one whitening over each step weighted
         by response lengths (verl's ``masked_whiten``: REINFORCE++ with baseline).
+    drop
+        ``constant``: groups whose finite rewards are all equal are not trained (NaN, counted as undefined); a
+        one-member group is constant; a step whose groups are all constant keeps its first group (batch order)
+        with its advantages (tinker-cookbook's ``remove_constant_reward_groups``, DAPO-style filtering).
     reward
         the column of the rewards the framework trained on: ``reward``, or another numeric column (rllm's legacy
         verl path trains on the logged reward, which a loader keeps as ``legacy_reward``).
@@ -120,6 +124,7 @@ class Scheme:
     std_from: Literal["deviations", "moments"] = "deviations"
     singleton: Literal["zero", "raw", "nan"] = "zero"
     whiten: Literal["none", "tokens"] = "none"
+    drop: Literal["none", "constant"] = "none"
     dtype: Literal["float64", "float32", "bfloat16"] = "float64"
     reward: str = "reward"
     nonfinite: Literal["nan", "zero"] = "nan"

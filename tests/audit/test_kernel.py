@@ -37,6 +37,9 @@ SCHEMES = [
     "agl-dedup",
     "positional(n=2, singleton=raw)",
     "custom(baseline=leave-one-out, scale=std, eps=0.001)",
+    "prompt(drop=constant)",
+    "positional(n=2, scale=none, drop=constant)",
+    "positional(n=3, remainder=unnormalized, drop=constant)",
     # The last representative, rounded arithmetic, siblings that must agree, the later presets.
     "trajectory(representative=last)",
     "trajectory(representative=last, singleton=raw, scale=none)",
@@ -346,3 +349,32 @@ def test_pieces_cover_every_row_once_with_a_buffer_of_their_length(device, rows)
     assert covered == list(range(rows))
     assert all(buffer.numel() == piece.stop - piece.start for piece, buffer in slices)
     assert len(slices) == (-(-rows // 3) if device == "cpu" else min(rows, 1))
+
+
+def test_drop_constant_leaves_constant_groups_untrained_and_keeps_a_step_that_would_be_empty():
+    # Step 0: group 7 varies, groups 8 (equal rewards) and 9 (one member) are constant. Step 1: every group is
+    # constant, so its first group in batch order (9, at position 0) is kept, with advantages 0.
+    table = rollaudit.make_table(
+        reward=[1.0, 0.0, 2.0, 2.0, 5.0, 3.0, 3.0, 1.0, 1.0],
+        prompt=[7, 7, 8, 8, 9, 8, 8, 9, 9],
+        step=[0, 0, 0, 0, 0, 1, 1, 1, 1],
+        position=[0, 1, 2, 3, 4, 2, 3, 0, 1],
+    )
+    dropped = rollaudit.recompute(table, ["prompt(scale=none, drop=constant)"], device="cpu").column(0).to_pylist()
+    assert dropped[:2] == [0.5, -0.5]
+    assert all(math.isnan(value) for value in dropped[2:7])
+    assert dropped[7:] == [0.0, 0.0]
+    report = rollaudit.audit(table, schemes=["prompt(scale=none, drop=constant)"], device="cpu")
+    assert int(report.summary.loc["prompt(scale=none, drop=constant)", "undefined"]) == 5
+    assert any(
+        "5 samples of groups whose rewards are all equal" in note
+        for note in report.info["scheme_notes"]["prompt(scale=none, drop=constant)"]
+    )
+
+
+def test_drop_constant_on_one_step_and_non_finite_rewards():
+    table = rollaudit.make_table(reward=[1.0, math.nan, 1.0, 0.0, 2.0], prompt=[0, 0, 0, 1, 1])
+    values = rollaudit.recompute(table, ["prompt(drop=constant)"], device="cpu").column(0).to_pylist()
+    # Group 0's finite rewards are all 1: constant, dropped; the NaN reward is undefined anyway.
+    assert all(math.isnan(value) for value in values[:3])
+    assert values[3] < 0 < values[4]

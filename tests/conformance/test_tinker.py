@@ -30,7 +30,8 @@ def test_tinker_center_equals_tinkers_own_values(iteration):
     lines = expected["line"].to_numpy()
     assert table.column("prompt").to_numpy()[lines].tolist() == expected["group_idx"].tolist()
     assert table.column("reward").to_numpy()[lines].tolist() == expected["total_reward"].tolist()
-    recomputed = rollaudit.recompute(table, ["tinker-center", "prompt(scale=none)"], device="cpu")
+    presets = ["tinker-center", "prompt(scale=none)", "tinker-center(drop=constant)"]
+    recomputed = rollaudit.recompute(table, presets, device="cpu")
     worst = assert_matches(
         f"tinker: tinker-center = tinker_center (iteration {iteration})",
         recomputed.column(0).to_numpy()[lines],
@@ -41,6 +42,14 @@ def test_tinker_center_equals_tinkers_own_values(iteration):
         f"tinker: prompt(scale=none) = tinker_center (iteration {iteration})",
         recomputed.column(1).to_numpy()[lines],
         expected["tinker_center"],
+    )
+    # remove_constant_reward_groups: the dropped groups are NaN on both sides (not trained).
+    dropped = recomputed.column(2).to_numpy()[lines]
+    assert np.array_equal(np.isnan(dropped), expected["dropped_constant_reward_group"].to_numpy())
+    assert_matches(
+        f"tinker: tinker-center(drop=constant) = tinker_center_rcg (iteration {iteration})",
+        dropped,
+        expected["tinker_center_rcg"],
     )
 
 
