@@ -1,4 +1,4 @@
-"""Write the committed table samples: verl, TRL, agent-lightning, generic and NeMo-RL style (deterministic).
+"""Write the committed table samples: verl, TRL, agent-lightning, generic, NeMo-RL style and ART (deterministic).
 
     python sample_dumps/generate_tables.py            # rewrite the samples next to this script
     python sample_dumps/generate_tables.py --check    # exit 1 if a committed sample differs from a fresh one
@@ -337,7 +337,63 @@ def write_nemo(root: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-WRITERS = (write_verl, write_trl, write_agl, write_generic, write_nemo)
+# ---------------------------------------------------------------------------------------------------------------------
+# OpenPipe ART: .art/{project}/models/{model}/trajectories/train/{step:04d}.parquet, a row per trajectory, group by
+# group (the writer of ART 458eb16: no trajectory id, the trajectory is its place in its group).
+
+
+def write_art(root: Path) -> list[Path]:
+    rng = random.Random(27)
+    message = pa.struct(
+        [("role", pa.string()), ("content", pa.string()), ("tool_calls", pa.string()),
+         ("tool_call_id", pa.string()), ("trainable", pa.bool_())]
+    )  # fmt: skip
+    groups, rewards, messages = [], [], []
+    # Uneven groups (a trajectory lost to an exception), a singleton, an all-0 group, shaped rewards.
+    for group, (size, kind) in enumerate([(4, "mixed"), (3, "shaped"), (1, "singleton"), (4, "all0"), (6, "frac")]):
+        for _ in range(size):
+            reward = {
+                "mixed": float(rng.choice([0, 1])),
+                "shaped": round(rng.uniform(-0.5, 1.5), 3),
+                "all0": 0.0,
+                "frac": rng.choice([0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+            }.get(kind, 1.0)
+            turns = [{"role": "system", "content": "Solve the task.", "tool_calls": None, "tool_call_id": None,
+                      "trainable": False},
+                     {"role": "user", "content": f"task {group}", "tool_calls": None, "tool_call_id": None,
+                      "trainable": False}]  # fmt: skip
+            for turn in range(rng.randint(1, 3)):
+                turns.append(
+                    {"role": "assistant", "content": f"step {turn}", "tool_calls": None, "tool_call_id": None,
+                     "trainable": True}
+                )  # fmt: skip
+            groups.append(group)
+            rewards.append(reward)
+            messages.append(turns)
+    rows = len(rewards)
+    table = pa.table(
+        {
+            "group_index": pa.array(groups, pa.int64()),
+            "group_metadata": pa.array([None] * rows, pa.string()),
+            "group_metrics": pa.array([None] * rows, pa.string()),
+            "group_logs": pa.array([None] * rows, pa.list_(pa.string())),
+            "reward": pa.array(rewards, pa.float64()),
+            "metrics": pa.array(['{"correct": %s}' % (reward == 1.0) for reward in rewards], pa.string()),
+            "metadata": pa.array([None] * rows, pa.string()),
+            "tools": pa.array([None] * rows, pa.string()),
+            "loss_mask": pa.array([None] * rows, pa.string()),
+            "logs": pa.array([None] * rows, pa.list_(pa.string())),
+            "messages": pa.array(messages, pa.list_(message)),
+        }
+    )
+    folder = root / "art" / ".art" / "demo" / "models" / "agent" / "trajectories" / "train"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "0001.parquet"
+    pq.write_table(table, path, compression="zstd")
+    return [path]
+
+
+WRITERS = (write_verl, write_trl, write_agl, write_generic, write_nemo, write_art)
 
 
 def write_all(root: Path) -> list[Path]:

@@ -543,6 +543,17 @@ PRESETS: dict[str, Scheme] = {
             scale="none",
             dtype="float32",
         ),
+        # OpenPipe ART.
+        _preset(
+            "art-grpo",
+            PresetNotes(
+                "ART: r minus the group's mean over its trajectories, divided by the population std + 1e-6 "
+                "(scale=none: scale_rewards=False); a one-trajectory group gives 0; float64",
+                "ART src/art/preprocessing/tokenize.py tokenize_trajectory_groups (458eb16)",
+            ),
+            groups="prompt",
+            std="population",
+        ),
         # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
         _preset(
             "custom",

@@ -7,13 +7,14 @@ command line find it through this table.
 from __future__ import annotations
 
 from .base import Format
-from .formats import agent_lightning, areal, generic, nemo_rl, rllm, roll, slime, tinker, trl, verl
+from .formats import agent_lightning, areal, art, generic, nemo_rl, rllm, roll, slime, tinker, trl, verl
 
 FORMATS: dict[str, Format] = {
     loader.name: loader
     for loader in (
         slime.LOADER,
         tinker.LOADER,
+        art.LOADER,  # before trl and generic: an ART log is a Parquet table too
         areal.LOADER,  # before verl: its task files are named {task_id}.jsonl, like verl's {step}.jsonl
         verl.LOADER,
         trl.LOADER,

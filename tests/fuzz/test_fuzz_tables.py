@@ -21,10 +21,11 @@ from rollaudit._loaders.formats import generic as _generic
 from tests.fuzz import harness, mutations
 from tests.fuzz.harness import read_sample, run_case
 
-FORMATS = ("slime", "verl", "trl", "generic")
+FORMATS = ("slime", "verl", "trl", "art", "generic")
 SEEDS = {
     "verl": {"1.jsonl": "verl/rollout_data/1.jsonl", "2.jsonl": "verl/rollout_data/2.jsonl"},
     "trl": {"completions_00010.parquet": "trl/completions/completions_00010.parquet"},
+    "art": {"0001.parquet": "art/.art/demo/models/agent/trajectories/train/0001.parquet"},
     "generic": {
         "rollouts.parquet": "agl/rollouts.parquet",
         "rollouts.csv": "generic/rollouts.csv",
@@ -74,6 +75,7 @@ def _byte_test(loader: str):
 
 test_verl_mutated_bytes = _byte_test("verl")
 test_trl_mutated_bytes = _byte_test("trl")
+test_art_mutated_bytes = _byte_test("art")
 test_generic_mutated_bytes = _byte_test("generic")
 
 

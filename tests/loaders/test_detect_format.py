@@ -29,6 +29,7 @@ SAMPLES = {
     "generic/rollouts.feather": "generic",
     "nemo/train_data_step3.jsonl": "generic",
     "tinker/iteration_000001/train_rollout_summaries.jsonl": "tinker",
+    "art/.art/demo/models/agent/trajectories/train/0001.parquet": "art",
 }
 
 
@@ -41,7 +42,7 @@ def load_quietly(*args, **kwargs):
 def test_the_registry_order():
     # slime first; generic accepts any table: last; agent-lightning's export before it, so it is never a table.
     assert list(FORMATS) == [
-        "slime", "tinker", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"
+        "slime", "tinker", "art", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"
     ]  # fmt: skip
 
 
@@ -54,6 +55,10 @@ def test_samples_are_detected_by_content_under_any_name(tmp_path: Path, relative
     assert detect_format(disguised) == SAMPLES[relative]
     if "train_data" in relative:
         return  # a train dump loads only beside its rollout dump
+    if SAMPLES[relative] == "art":
+        with pytest.raises(rollaudit.InputError, match="is not named"):
+            load_quietly(disguised)  # ART's step is only in its file name ({step:04d}.parquet): never guessed
+        return
     expected, loaded = load_quietly(source), load_quietly(disguised)
     assert loaded.column("prompt").equals(expected.column("prompt"))
     np.testing.assert_array_equal(loaded.column("reward").to_numpy(), expected.column("reward").to_numpy())

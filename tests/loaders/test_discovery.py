@@ -214,7 +214,7 @@ def test_the_walk_stops_at_its_depth(tmp_path: Path):
 
 
 def test_hidden_folders_are_searched_only_by_a_format_that_keeps_its_runs_there(tmp_path, monkeypatch):
-    split = tmp_path / ".art" / "project" / "models" / "agent-001" / "trajectories" / "train"
+    split = tmp_path / ".runs" / "project" / "models" / "agent-001" / "trajectories" / "train"
     split.mkdir(parents=True)
     for step in (3, 4):
         pq.write_table(pa.table({"reward": [1.0, 0.0], "group_index": [0, 0]}), split / f"{step:04d}.parquet")
@@ -222,8 +222,8 @@ def test_hidden_folders_are_searched_only_by_a_format_that_keeps_its_runs_there(
     assert "holds no dump files" in message and "hidden" in message
 
     def expand_art(directory: Path) -> list[Path] | None:
-        # A format declares a run root in a dot directory by looking into it from the folder above.
-        return sorted((directory / ".art").glob("*/models/*/trajectories/train/*.parquet")) or None
+        # A format declares a run root in a dot directory by looking into it from the folder above (as ART's .art).
+        return sorted((directory / ".runs").glob("*/models/*/trajectories/train/*.parquet")) or None
 
     generic = FORMATS["generic"]
     fake = Format(
