@@ -56,3 +56,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     width = max(len(label) for label in WORST)
     for label, worst in sorted(WORST.items()):
         terminalreporter.write_line(f"{label:<{width}}  {worst:.2e}")
+
+
+def compare_json(directory: Path) -> dict:
+    """``rollaudit compare DIRECTORY --json`` as a user runs it (a fresh process, no cache): exit 0 and its report."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rollaudit", "compare", str(directory), "--json", "--no-cache", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

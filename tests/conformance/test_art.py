@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 import rollaudit
 from rollaudit import InputError
-from tests.conformance.conftest import ROOT, assert_matches, corpus
+from tests.conformance.conftest import assert_matches, compare_json, corpus
 
 TRAIN = "rollaudit-synth/models/agent-001/trajectories/train"
 # The README's table: rows (trajectories) and group sizes per file.
@@ -43,15 +39,7 @@ def test_art_grpo_equals_arts_own_values(step):
 
 
 def test_compare_on_the_directory_above_the_dot_directory():
-    done = subprocess.run(
-        [sys.executable, "-m", "rollaudit", "compare", str(corpus("art")), "--json", "--no-cache", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = compare_json(corpus("art"))
     assert report["load"]["format"] == "art" and report["info"]["step_values"] == [3, 4]
     assert report["trained_with"]["scheme"] == "art-grpo"
     assert report["trained_with"]["evidence"] == "framework default"

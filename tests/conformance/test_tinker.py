@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 import rollaudit
-from tests.conformance.conftest import ROOT, assert_matches, corpus
+from tests.conformance.conftest import assert_matches, compare_json, corpus
 
 # The README's table: 68 trajectories in 12 groups a file, of these sizes.
 SIZES = [1, 3, 4, 4, 6, 6, 6, 6, 8, 8, 8, 8]
@@ -54,15 +50,7 @@ def test_tinker_center_equals_tinkers_own_values(iteration):
 
 
 def test_compare_on_the_run_directory_names_tinker_and_its_default():
-    done = subprocess.run(
-        [sys.executable, "-m", "rollaudit", "compare", str(corpus("tinker")), "--json", "--no-cache", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = compare_json(corpus("tinker"))
     assert report["load"]["format"] == "tinker" and report["info"]["steps"] == 2
     assert report["trained_with"]["scheme"] == "tinker-center"
     assert report["trained_with"]["evidence"] == "framework default"

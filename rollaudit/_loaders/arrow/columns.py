@@ -232,6 +232,27 @@ def int64_values(
         raise InputError(f"is {array[row].as_py()}", file=str(path), field=field, row=row, expected=expected) from None
 
 
+INDEX_LIMIT = 1 << 31
+"""Indices below this pair into one int64 key: ``major * INDEX_LIMIT + minor``."""
+
+
+def index_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str, expected: str) -> pa.Array:
+    """An int column of indices from 0 (below ``INDEX_LIMIT``) as int64; the first row without one is an error."""
+    values = plain(array)
+    if not pa.types.is_integer(values.type):
+        raise InputError(f"has type {values.type}", file=str(path), field=field, expected=expected)
+    bad = pc.fill_null(pc.or_(pc.less(values, 0), pc.greater_equal(values, INDEX_LIMIT)), True)
+    if pc.any(bad).as_py():
+        row = int(pc.index(bad, True).as_py())
+        raise InputError(f"is {values[row].as_py()!r}", file=str(path), field=field, row=row, expected=expected)
+    return values.cast(pa.int64())
+
+
+def paired_key(major: pa.Array, minor: pa.Array) -> pa.Array:
+    """One int64 key per (major, minor) pair of :func:`index_values` (a trajectory inside its group)."""
+    return pc.add(pc.multiply(major, INDEX_LIMIT), minor)
+
+
 def step_in_name(path: Path) -> int | None:
     """``train_data_step12.jsonl`` -> 12."""
     match = _STEP_IN_NAME.search(path.stem)

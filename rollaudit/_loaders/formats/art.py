@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from ..options import LoadOptions
 
 ART_PATH = ".art"
+_INDEX = "ART's index: an int from 0 on every row"
 _FILE = re.compile(r"^(\d+)\.parquet$")
 _COLUMNS = ("group_index", "reward", "messages")
-_INDEX_LIMIT = 1 << 31
 DEFAULT = (
     "art-grpo",
     "ART's tokenize_trajectory_groups with its defaults (scale_rewards=True: the group's mean and population std, "
@@ -104,9 +104,9 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         # A version-2 empty group is one sentinel row: no trajectory, no reward.
         sentinel = pc.and_(pc.is_null(table.column("trajectory_index")), pc.is_null(table.column("reward")))
         table = table.filter(pc.invert(sentinel))
-    group = _indices(table, "group_index", path)
+    group = columns.index_values(table.column("group_index"), path, "group_index", _INDEX)
     if "trajectory_index" in wanted:
-        member = _indices(table, "trajectory_index", path)
+        member = columns.index_values(table.column("trajectory_index"), path, "trajectory_index", _INDEX)
     else:
         # No trajectory id at this writer version: the row's place among its group's rows (rows come group by group).
         codes = group.to_numpy(zero_copy_only=False)
@@ -121,22 +121,11 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     canonical = make_table(
         reward=reward.cast(pa.float64()),
         prompt=group,
-        trajectory=pc.add(pc.multiply(group, _INDEX_LIMIT), member),
+        trajectory=columns.paired_key(group, member),
         step=pa.array(np.full(table.num_rows, int(match.group(1)), dtype=np.int64)),
     )
     found = {"groups": len(pc.unique(group)), "trajectories (a row each)": canonical.num_rows}
     return with_found(canonical, {"ART (prompt = group_index, trajectory = its place in the group)": found})
-
-
-def _indices(table: pa.Table, name: str, path: Path) -> pa.Array:
-    values = columns.plain(table.column(name))
-    if not pa.types.is_integer(values.type):
-        raise InputError(f"has type {values.type}", file=str(path), field=name, expected="ints")
-    bad = pc.fill_null(pc.or_(pc.less(values, 0), pc.greater_equal(values, _INDEX_LIMIT)), True)
-    if pc.any(bad).as_py():
-        row = int(pc.index(bad, True).as_py())
-        raise InputError(f"is {values[row].as_py()!r}", file=str(path), field=name, row=row, expected="an index from 0")
-    return values.cast(pa.int64())
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:

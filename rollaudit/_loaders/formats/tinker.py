@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 _FILE = re.compile(r"^(train_rollout_summaries|train_iteration_\d+_rollout_summaries)\.jsonl$")
 _ITERATION_DIRECTORY = re.compile(r"^iteration_\d+$")
+_INDEX = "tinker's index: an int from 0 on every line"
 _KEYS = ("schema_version", "iteration", "group_idx", "traj_idx", "total_reward")
 _SCHEMA = pa.schema(
     [
@@ -40,8 +41,6 @@ _SCHEMA = pa.schema(
         pa.field("total_reward", pa.float64()),
     ]
 )
-# A trajectory key is (group, trajectory) packed in one int64: each index below 2**31.
-_INDEX_LIMIT = 1 << 31
 DEFAULT = (
     "tinker-center",
     "tinker-cookbook's compute_advantages, the one estimator of its RL loop (the total reward minus its group's "
@@ -73,21 +72,6 @@ def expand_directory(directory: Path) -> list[Path] | None:
     return files or None
 
 
-def _indices(table: pa.Table, name: str, path: Path) -> pa.Array:
-    values = columns.plain(table.column(name))
-    bad = pc.fill_null(pc.or_(pc.less(values, 0), pc.greater_equal(values, _INDEX_LIMIT)), True)
-    if pc.any(bad).as_py():
-        row = int(pc.index(bad, True).as_py())
-        raise InputError(
-            f"is {values[row].as_py()!r}",
-            file=str(path),
-            field=name,
-            row=row,
-            expected=f"tinker's {name}: an index from 0 (every line has one)",
-        )
-    return values
-
-
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One rollout-summaries file: a row per trajectory."""
     tables.check_not_empty(path)
@@ -100,7 +84,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
             field="schema_version",
             expected="tinker-cookbook's rollout summaries, schema_version 1",
         )
-    group, trajectory = _indices(table, "group_idx", path), _indices(table, "traj_idx", path)
+    group = columns.index_values(table.column("group_idx"), path, "group_idx", _INDEX)
+    trajectory = columns.index_values(table.column("traj_idx"), path, "traj_idx", _INDEX)
     step = columns.plain(table.column("iteration"))
     if step.null_count:
         row = int(pc.index(pc.is_null(step), True).as_py())
@@ -108,7 +93,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     canonical = make_table(
         reward=columns.plain(table.column("total_reward")),
         prompt=group,
-        trajectory=pc.add(pc.multiply(group, _INDEX_LIMIT), trajectory),
+        trajectory=columns.paired_key(group, trajectory),
         step=step,
     )
     found = {
