@@ -348,25 +348,25 @@ def _nesting_bound(chunks: list[Any], limit: int) -> int:
     scan runs only where this bound passes the limit."""
     import numpy as np
 
-    ends = [np.flatnonzero(chunk == 10) for chunk in chunks]
-    longest = _most_per_line(chunks, ends, lambda chunk, at: np.diff(at, prepend=-1, append=len(chunk)) - 1)
+    longest = _most_per_line(chunks, lambda chunk, ends: np.diff(ends, prepend=-1, append=len(chunk)) - 1)
     if longest <= limit:
         return longest
     return _most_per_line(
         chunks,
-        ends,
-        lambda chunk, at: np.bincount(
-            np.searchsorted(at, np.flatnonzero((chunk == 91) | (chunk == 123))), minlength=len(at) + 1
+        lambda chunk, ends: np.bincount(
+            np.searchsorted(ends, np.flatnonzero((chunk == 91) | (chunk == 123))), minlength=len(ends) + 1
         ),
     )
 
 
-def _most_per_line(chunks: list[Any], ends: list[Any], count: Callable[[Any, Any], Any]) -> int:
-    """The largest per-line total of ``count(chunk, newline positions)`` (one count per line piece of the chunk,
-    the last for the line that runs on into the next chunk)."""
+def _most_per_line(chunks: list[Any], count: Callable[[Any, Any], Any]) -> int:
+    """The largest per-line total of ``count(chunk, its newline positions)`` (one count per line piece of the
+    chunk, the last for the line that runs on into the next chunk), a chunk at a time."""
+    import numpy as np
+
     most = carried = 0
-    for chunk, at in zip(chunks, ends, strict=True):
-        per_line = count(chunk, at)
+    for chunk in chunks:
+        per_line = count(chunk, np.flatnonzero(chunk == 10))
         per_line[0] += carried
         most, carried = max(most, int(per_line.max())), int(per_line[-1])
     return most
