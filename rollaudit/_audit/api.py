@@ -144,6 +144,7 @@ STEP_GROUP_SIZES = "step group sizes"
 GROUP_COLUMNS = "group columns"
 HISTOGRAMS = "histograms"
 SCHEME_COLUMNS = "scheme columns"
+_GROUP_TASKS = (STEP_GROUP_SIZES, GROUP_COLUMNS, HISTOGRAMS, SCHEME_COLUMNS)
 
 
 @dataclass
@@ -243,9 +244,6 @@ def _compute(
         groups_unavailable=unavailable,
         group_results=group_results,
     )
-
-
-_GROUP_TASKS = (STEP_GROUP_SIZES, GROUP_COLUMNS, HISTOGRAMS, SCHEME_COLUMNS)
 
 
 def audit(

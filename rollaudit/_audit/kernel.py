@@ -36,7 +36,6 @@ from .engine.groups import (
     step_segments,
     ungrouped_rows,
 )
-from .engine.sizing import gather
 from .engine.threads import SideBySide
 from .moments import moment_advantages
 from .schemes import Scheme
@@ -61,7 +60,7 @@ def _representatives(enc: Encoded, scheme: Scheme, units: Units) -> tuple[torch.
     choice = scheme.representative or "first"
     if enc.all_finite:
         if choice in ("first", "last"):
-            return gather(enc.reward, units.first_row if choice == "first" else units.last_row), None
+            return enc.reward.index_select(0, units.first_row if choice == "first" else units.last_row), None
         if choice == "mean":
             return torch.bincount(units.of_row, weights=enc.reward, minlength=count).div_(
                 torch.bincount(units.of_row, minlength=count).clamp_(min=1)
@@ -265,7 +264,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     group_spread = groups.sum_of_squares(deviation)
 
     if from_moments:
-        order = enc.batch_rank if units is None else gather(enc.batch_rank, units.first_row)
+        order = enc.batch_rank if units is None else enc.batch_rank.index_select(0, units.first_row)
         unit_advantage = moment_advantages(scheme, groups, value, count, order, DTYPES[scheme.dtype])
     elif affine and reduced:
         unit_advantage = _rounded_affine(scheme, groups, value, mean, group_spread, count)
@@ -315,7 +314,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     if has_singletons:
         unit_advantage = torch.where(groups.spread(singleton), _singleton_values(scheme, value), unit_advantage)
     # Without units, the advantage is this call's own tensor (never the input): patched in place below.
-    result = unit_advantage if unit_of_row is None else gather(unit_advantage, unit_of_row)
+    result = unit_advantage if unit_of_row is None else unit_advantage.index_select(0, unit_of_row)
     if result is enc.reward:
         result = result.clone()
     ungrouped = ungrouped_rows(enc, scheme)
@@ -336,8 +335,9 @@ def dropped_rows(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     """The rows of the groups ``drop=constant`` leaves untrained: every finite reward of the group one value (a
     one-member group included), except that a step whose groups are all constant keeps its first group in batch
     order (tinker-cookbook's remove_constant_reward_groups keeps one so that the batch is not empty)."""
-    grouping = grouping_of(enc.with_reward(scheme.reward), scheme)
-    low, high = finite_extremes(enc.with_reward(scheme.reward), grouping.codes, grouping.count)
+    enc = enc.with_reward(scheme.reward)
+    grouping = grouping_of(enc, scheme)
+    low, high = finite_extremes(enc, grouping.codes, grouping.count)
     dropped = (low == high).index_select(0, grouping.codes)
     varied = ~dropped
     ungrouped = ungrouped_rows(enc, scheme)

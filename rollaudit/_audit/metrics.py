@@ -20,7 +20,7 @@ import torch
 from .._table import PROMPT
 from .engine.encode import F64, Encoded
 from .engine.groups import Grouping, grouping_of
-from .engine.sizing import counted_in_bins, gather, pieces
+from .engine.sizing import counted_in_bins, pieces
 from .engine.tally import Sums, Tally, named_counts
 from .metric_names import METRICS
 from .schemes import Scheme
@@ -72,7 +72,7 @@ def group_rows(enc: Encoded, n: int | None = None) -> Groups:
         # Sparse codes (keys with wide gaps): made dense, so that per-group counts stay as small as the groups.
         code_of = torch.full((count,), -1, dtype=torch.int64, device=enc.device)
         code_of[present] = torch.arange(present.numel(), device=enc.device)
-        group, count = gather(code_of, group), present.numel()
+        group, count = code_of.index_select(0, group), present.numel()
         grouping = Grouping(enc, group, count)
         samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
     every = present.numel() == count

@@ -21,7 +21,7 @@ from ..._errors import SchemeError
 from ..._table import PROMPT
 from ..schemes import Scheme
 from .encode import F64, Encoded, compact_codes
-from .sizing import counted_in_bins, gather, piece_size, pieces
+from .sizing import counted_in_bins, piece_size, pieces
 
 
 def _pair_codes(major: torch.Tensor, minor: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -463,7 +463,7 @@ class Segments:
         """Each row's segment value."""
         if self.single:
             return per_segment.expand(self.rows)
-        return gather(per_segment, self.codes)
+        return per_segment.index_select(0, self.codes)
 
 
 def step_segments(enc: Encoded) -> Segments:

@@ -43,8 +43,3 @@ def counted_in_bins(span: int, rows: int) -> bool:
     (True, False)
     """
     return span <= 4 * rows + 1024
-
-
-def gather(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``values[index]``, along the first axis."""
-    return torch.index_select(values, 0, index)
