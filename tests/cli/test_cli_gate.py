@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import rollaudit
 from rollaudit._cli import app
 from rollaudit._gate.rules import METRIC_NAMES
-from tests.cli.test_cli import independent_batch_vs_prompt
+from tests.cli.test_cli import assert_one_line_error, independent_batch_vs_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_dumps"
@@ -57,16 +57,6 @@ def rule(document: dict, name: str) -> dict:
     matches = [entry for entry in document["rules"] if entry["name"] == name]
     assert len(matches) == 1, [entry["name"] for entry in document["rules"]]
     return matches[0]
-
-
-def assert_one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.output
-    assert result.stdout == ""
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
