@@ -31,8 +31,9 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
     from ._audit.describe import describe
     from ._audit.fit import Detection, detect_scheme, fit_presets
     from ._audit.metric_names import METRICS
+    from ._audit.presets import PRESETS, get_scheme, split_schemes
     from ._audit.report import SCHEMA_VERSION, Report
-    from ._audit.schemes import PRESETS, Scheme, get_scheme, split_schemes
+    from ._audit.schemes import Scheme
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
     from ._gate.baseline import read_baseline, write_baseline
     from ._gate.config import GateConfig, gate_config, load_gate_config
@@ -56,7 +57,7 @@ _MODULE_OF = {
     "InputError": "._errors",
     "LoadOptions": "._loaders.options",
     "METRICS": "._audit.metric_names",
-    "PRESETS": "._audit.schemes",
+    "PRESETS": "._audit.presets",
     "Report": "._audit.report",
     "RollauditError": "._errors",
     "RollauditWarning": "._errors",
@@ -71,7 +72,7 @@ _MODULE_OF = {
     "expand_paths": "._loaders.run.load",
     "fit_presets": "._audit.fit",
     "gate_config": "._gate.config",
-    "get_scheme": "._audit.schemes",
+    "get_scheme": "._audit.presets",
     "load": "._loaders.run.load",
     "load_gate_config": "._gate.config",
     "loaded_formats": "._table",
@@ -79,7 +80,7 @@ _MODULE_OF = {
     "read_baseline": "._gate.baseline",
     "recompute": "._audit.api",
     "run_gate": "._gate.evaluate",
-    "split_schemes": "._audit.schemes",
+    "split_schemes": "._audit.presets",
     "validate_table": "._table",
     "write_baseline": "._gate.baseline",
 }

@@ -17,8 +17,9 @@ import pyarrow as pa
 from .._errors import SchemeError
 from .._table import PROMPT, TRAJECTORY, facts_in, found_in, loaded_formats, notes_in, validate_table
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
+from .presets import get_scheme, split_schemes
 from .report import RECORDED_ROW, Report
-from .schemes import Scheme, get_scheme, split_schemes
+from .schemes import Scheme
 from .trained import TrainedWith, from_config, from_recorded
 
 if TYPE_CHECKING:

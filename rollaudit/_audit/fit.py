@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 
 from .._errors import SchemeError
 from .._table import PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
-from .schemes import PRESETS, Scheme, get_scheme
+from .presets import PRESETS, get_scheme
+from .schemes import Scheme
 
 if TYPE_CHECKING:
     import torch

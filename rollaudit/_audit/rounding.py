@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .engine.groups import grouping_of
-from .schemes import Scheme, get_scheme, rounding_fix
+from .presets import get_scheme, rounding_fix
+from .schemes import Scheme
 
 if TYPE_CHECKING:
     from .engine.encode import Encoded

@@ -326,7 +326,7 @@ LOAD = OptionGroup(
 
 def scheme_strings(values: list[str] | None, default: tuple[str, ...] | list[str]) -> list[str]:
     """``--schemes`` values (each comma-separated, repeatable) as scheme strings, each checked before any load."""
-    from .._audit.schemes import get_scheme, split_schemes
+    from .._audit.presets import get_scheme, split_schemes
 
     if not values:
         return list(default)

@@ -21,7 +21,7 @@ def scheme_entries() -> list[dict[str, Any]]:
     """One object per preset, in PRESETS order: name, definition, parameters, source, undefined, rounding_fix."""
     import dataclasses
 
-    from .._audit.schemes import PRESETS
+    from .._audit.presets import PRESETS
 
     entries = []
     for name, preset in PRESETS.items():

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._audit.metric_names import METRICS
+from .._audit.presets import get_scheme
 from .._audit.report import RECORDED_ROW
-from .._audit.schemes import get_scheme
 from .._errors import SchemeError, UsageError
 from .._json import json_object
 from .._output import write_atomic

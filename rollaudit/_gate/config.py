@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from .._audit.schemes import split_schemes
+from .._audit.presets import split_schemes
 from .._errors import SchemeError, UsageError, did_you_mean
 from .baseline import Baseline, read_baseline
 from .rules import (

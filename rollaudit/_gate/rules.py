@@ -59,7 +59,7 @@ from typing import Literal
 
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
 from .._audit.metric_names import METRICS, RATE_METRICS
-from .._audit.schemes import get_scheme
+from .._audit.presets import get_scheme
 from .._errors import SchemeError, UsageError, did_you_mean
 
 METRIC_NAMES = METRICS  # the gate parses metric names without importing torch

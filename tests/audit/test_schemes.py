@@ -99,7 +99,7 @@ def test_nemo_presets_compute_in_float32_from_moments():
 
 
 def test_rounding_fix_is_data_carried_by_the_preset():
-    from rollaudit._audit.schemes import rounding_fix
+    from rollaudit._audit.presets import rounding_fix
 
     assert rounding_fix(rollaudit.get_scheme("nemo-loo(n=8)")) == "the defect NeMo-RL PR #4158 fixes"
     assert rounding_fix(rollaudit.get_scheme("prompt(dtype=float32)")) is None

@@ -1,0 +1,464 @@
+"""The named presets (each framework's estimator as data) and the scheme-string parser over them.
+
+Semantics and sources: ``shared/spec/schemes.md``. A preset is one entry in ``PRESETS``: a :class:`~.schemes.Scheme`
+with its :class:`~.schemes.PresetNotes`; ``rollaudit._audit.kernel`` turns any of them into numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from .._errors import SchemeError, did_you_mean
+from .schemes import _NOT_PARAMETERS, PresetNotes, Scheme
+
+_RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2)"
+# Both NeMo-RL estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
+_NEMO_FIX = "the defect NeMo-RL PR #4158 fixes"
+
+
+def _preset(name: str, notes: PresetNotes, **fields: Any) -> Scheme:
+    return Scheme(name=name, notes=notes, **fields)
+
+
+PRESETS: dict[str, Scheme] = {
+    preset.name: preset
+    for preset in (
+        # The three schemes of the question, and slicing without keys.
+        _preset(
+            "batch",
+            PresetNotes(
+                "the whole step is one group: one mean and unbiased std over every sample (what slime's reward "
+                "post-processing did whenever the sample count was not n_samples_per_prompt x rollout_batch_size)",
+                "slime reward post-processing, legacy path (before PR #2204)",
+            ),
+            groups="batch",
+        ),
+        _preset(
+            "prompt",
+            PresetNotes(
+                "GRPO as intended: one group per prompt key, every sample of the prompt a member; the prompt's own "
+                "mean is its difficulty baseline; a one-member group gives 0",
+                "slime PR #2204 (group_index grouping)",
+            ),
+            groups="prompt",
+        ),
+        _preset(
+            "trajectory",
+            PresetNotes(
+                "one group per prompt key; a trajectory that became k samples counts once (one representative "
+                "reward) in its prompt's mean and std, and its advantage goes to all k samples; holds where every "
+                "trajectory's rows share one reward (name a representative otherwise: first, last, max, mean)",
+                "agent-lightning PR #462 (compute_mean_std_cross_all_data=False)",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative=None,
+        ),
+        _preset(
+            "positional",
+            PresetNotes(
+                "consecutive slices of n samples in batch order form the groups, whatever the prompt keys; needs n",
+                "the slicing rule of slime, TRL and AReaL when a dump carries no prompt keys",
+            ),
+            groups="positional",
+        ),
+        # Framework presets: exact reproductions of what a run did (shared/spec/schemes.md).
+        _preset(
+            "slime-legacy",
+            PresetNotes(
+                "if the step has exactly n x batch_size samples, consecutive slices of n, else the whole step; "
+                "unbiased std, eps 1e-6; a one-sample group gives NaN; needs n (n_samples_per_prompt)",
+                "slime main, reward post-processing before PRs #2204 and #2062",
+                undefined="slime's legacy normalization gives them NaN",
+            ),
+            groups="legacy",
+            singleton="nan",
+        ),
+        _preset(
+            "slime-2204",
+            PresetNotes(
+                "prompt, singleton 0; all keys missing: consecutive slices of n; some keys missing: an error naming "
+                "the first position without one",
+                "slime PR #2204",
+            ),
+            groups="prompt",
+            singleton="zero",
+        ),
+        _preset(
+            "slime-2062",
+            PresetNotes(
+                "groups by prompt; a trajectory's samples (rollout_id, else index) count once and must share one "
+                "reward; centre on the mean over trajectories, divide by (unbiased std + 1e-6) only when the prompt "
+                "has more than one trajectory and std > 0; missing keys: slices of n when N = n x B, else the step",
+                "slime PR #2062",
+            ),
+            groups="prompt",
+            missing_keys="legacy",
+            members="trajectories",
+            siblings="equal",
+        ),
+        _preset(
+            "verl-grpo",
+            PresetNotes(
+                "prompt, every row a member, unbiased std, eps 1e-6; a singleton keeps mean 0 and std 1 "
+                "(r / (1 + eps)); on V1 dumps the non-deduplicating grpo_vectorized",
+                "verl core_algos.py compute_grpo_outcome_advantage (algorithm.adv_estimator=grpo)",
+            ),
+            groups="prompt",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-grpo-v1",
+            PresetNotes(
+                "verl V1 grpo: trajectory with representative last (the session's final output), singleton raw, "
+                "unbiased std, eps 1e-6",
+                "verl V1 trainer (trainer.use_v1=true, default since PR #6823), adv_estimator=grpo",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="last",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-rloo",
+            PresetNotes(
+                "r minus the mean of the prompt's other members (= (r - mean) x n/(n-1)), no std; a singleton keeps "
+                "its raw reward",
+                "verl core_algos.py compute_rloo_outcome_advantage (adv_estimator=rloo)",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="raw",
+        ),
+        _preset(
+            "verl-rloo-vectorized",
+            PresetNotes(
+                "as verl-rloo, but a singleton gets 0 (verl PR #7794, open, keeps its raw reward: singleton=raw)",
+                "verl core_algos.py rloo_vectorized",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="zero",
+        ),
+        _preset(
+            "verl-rpp-baseline",
+            PresetNotes(
+                "REINFORCE++ with baseline: r minus the prompt's mean (a singleton keeps r), then one whitening "
+                "over the step weighted by response lengths (1e-8 terms, Bessel factor); needs response lengths",
+                "verl core_algos.py reinforce_plus_plus_baseline (masked_whiten)",
+            ),
+            groups="prompt",
+            scale="none",
+            singleton="raw",
+            whiten="tokens",
+        ),
+        _preset(
+            "dr-grpo",
+            PresetNotes("prompt without std scaling: r minus the prompt's mean", "Dr.GRPO (scale=none)"),
+            groups="prompt",
+            scale="none",
+        ),
+        _preset(
+            "trl-group",
+            PresetNotes(
+                "consecutive slices of num_generations rows; divide by (unbiased std + 1e-4); NaN rewards are left "
+                "out of the mean and std and get advantage 0",
+                "TRL GRPOTrainer (scale_rewards=group)",
+            ),
+            groups="positional",
+            eps=1e-4,
+            nonfinite="zero",
+        ),
+        _preset(
+            "trl-batch",
+            PresetNotes(
+                "centre per slice as trl-group, divide by (unbiased std of the whole step's rewards + 1e-4)",
+                "TRL GRPOTrainer (scale_rewards=batch)",
+            ),
+            groups="positional",
+            std_over="batch",
+            eps=1e-4,
+            nonfinite="zero",
+        ),
+        # NeMo-RL trains in float32 and takes the std from moments: dtype=float64 is its exact arithmetic.
+        _preset(
+            "nemo-loo",
+            PresetNotes(
+                "leave-one-out: the baseline and std of member i leave i out, std with the n_valid/(n_valid-1) "
+                "correction; a group of at most one member gives 0; divide only where std > 0; float32 moments",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=true), before PR #4158",
+                rounding_fix=_NEMO_FIX,
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            std_guard="positive",
+            std_from="moments",
+            dtype="float32",
+        ),
+        _preset(
+            "nemo-grpo",
+            PresetNotes(
+                "NeMo-RL GRPO with the plain group mean (the row included); std, eps and the std > 0 rule as "
+                "nemo-loo; float32 moments",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=false), before PR #4158",
+                rounding_fix=_NEMO_FIX,
+            ),
+            groups="prompt",
+            std_guard="positive",
+            std_from="moments",
+            dtype="float32",
+        ),
+        _preset(
+            "agl-dedup",
+            PresetNotes(
+                "trajectory with representative first, singleton raw (verl GRPO over one member per trajectory)",
+                "agent-lightning PR #462",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="first",
+            singleton="raw",
+        ),
+        _preset(
+            "agl-rollout",
+            PresetNotes(
+                "agent-lightning v1.0 rollout-level advantage: trajectory (representative first, grouped by "
+                "data_id), siblings must share one reward, verl GRPO singleton raw, in bfloat16 as upstream computes",
+                "agent-lightning v1.0 (rollout-level advantage)",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="first",
+            siblings="equal",
+            singleton="raw",
+            dtype="bfloat16",
+        ),
+        _preset(
+            "areal-group",
+            PresetNotes(
+                "AReaL group norm: prompt = task, every row (LLM call) a member, unbiased std, eps 1e-5; a one-row "
+                "group gives 0 (std=population: the default before v0.3.4)",
+                "AReaL actor.reward_norm (mean_level=group, std_level=group)",
+            ),
+            groups="prompt",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-stride",
+            PresetNotes(
+                "AReaL without batch metadata: consecutive slices of n rows, ignoring prompts; rows after the last "
+                "full slice get mean 0 and std 0, so r / eps (a reward of 1 becomes 100000); needs n",
+                "AReaL reward_norm group_size slicing (issue #1673)",
+            ),
+            groups="positional",
+            remainder="unnormalized",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-batch",
+            PresetNotes(
+                "one mean and unbiased std over the step, eps 1e-5", "AReaL actor.reward_norm (mean_level=batch)"
+            ),
+            groups="batch",
+            eps=1e-5,
+        ),
+        _preset(
+            "areal-loo",
+            PresetNotes(
+                "r minus the mean of the task's other rows; no std; a one-row task gives 0",
+                "AReaL actor.reward_norm (mean_leave1out=true)",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            scale="none",
+        ),
+        _preset(
+            "rllm-grpo",
+            PresetNotes(
+                "group = task_id:trajectory name, one member per trajectory, population std, eps 1e-6; groups of "
+                "fewer than 2 trajectories are dropped from training (undefined)",
+                "rllm algorithm.adv_estimator=grpo (min_trajs_per_group=2)",
+                undefined=_RLLM_UNDEFINED,
+            ),
+            groups="prompt",
+            members="trajectories",
+            std="population",
+            singleton="nan",
+        ),
+        _preset(
+            "rllm-rloo",
+            PresetNotes(
+                "n/(n-1) x (r - mean) over the group's trajectories, no std; groups of fewer than 2 trajectories are "
+                "dropped from training (undefined)",
+                "rllm algorithm.adv_estimator=rloo (min_trajs_per_group=2)",
+                undefined=_RLLM_UNDEFINED,
+            ),
+            groups="prompt",
+            members="trajectories",
+            baseline="leave-one-out",
+            scale="none",
+            singleton="nan",
+        ),
+        _preset(
+            "rllm-verl-legacy",
+            PresetNotes(
+                "rllm's legacy verl path: every trajectory its own group (verl GRPO singleton) on the logged reward: "
+                "a one-row trajectory gets r / (1 + 1e-6), a longer one 0",
+                "rllm's legacy verl trainer path (uid per trajectory)",
+            ),
+            groups="prompt",
+            group_by="trajectory",
+            singleton="raw",
+            reward="legacy_reward",
+        ),
+        _preset(
+            "roll-grpo",
+            PresetNotes(
+                "ROLL agentic: group = traj_group_id, every step row a member (a 5-step trajectory counts 5 times), "
+                "mean and unbiased std, eps 1e-6; a one-row group, or std <= 1e-6, gives 0",
+                "ROLL agentic reward_normalization (grouping=traj_group_id, method=mean_std)",
+            ),
+            groups="prompt",
+            std_guard="cutoff",
+        ),
+        _preset(
+            "roll-grpo-tags",
+            PresetNotes(
+                "as roll-grpo, grouped by the environment tag", "ROLL agentic reward_normalization (grouping=tags)"
+            ),
+            groups="prompt",
+            group_by="tag",
+            std_guard="cutoff",
+        ),
+        _preset(
+            "roll-grpo-batch",
+            PresetNotes("as roll-grpo, the whole step one group", "ROLL agentic reward_normalization (grouping=batch)"),
+            groups="batch",
+            std_guard="cutoff",
+        ),
+        # tinker-cookbook.
+        _preset(
+            "tinker-center",
+            PresetNotes(
+                "tinker-cookbook: the total reward minus its group's mean over the group's trajectories, no std and "
+                "no eps, in float32; a one-trajectory group gives 0",
+                "tinker-cookbook rl/data_processing.py compute_advantages (9dfcc3a)",
+            ),
+            groups="prompt",
+            scale="none",
+            dtype="float32",
+        ),
+        # OpenPipe ART.
+        _preset(
+            "art-grpo",
+            PresetNotes(
+                "ART: r minus the group's mean over its trajectories, divided by the population std + 1e-6 "
+                "(scale=none: scale_rewards=False); a one-trajectory group gives 0; float64",
+                "ART src/art/preprocessing/tokenize.py tokenize_trajectory_groups (458eb16)",
+            ),
+            groups="prompt",
+            std="population",
+        ),
+        # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
+        _preset(
+            "custom",
+            PresetNotes(
+                "the defaults (prompt) as a base for any combination of keys: custom(groups=..., scale=..., ...)",
+                "rollaudit",
+            ),
+        ),
+    )
+}
+
+
+def rounding_fix(scheme: Scheme) -> str | None:
+    """The upstream change that removes the rounding residues of a scheme's preset, or None when none is known."""
+    return scheme.notes.rounding_fix if scheme.notes is not None else None
+
+
+_SPEC_KEYS = ("eps", "scale", "std", "singleton", "representative", "n", "batch_size", "dtype")
+_ALL_KEYS = tuple(f.name for f in dataclasses.fields(Scheme) if f.name not in _NOT_PARAMETERS)
+_STRING = re.compile(r"^\s*([A-Za-z][\w.-]*)\s*(?:\((.*)\))?\s*$", re.DOTALL)
+
+
+def _parse_value(key: str, text: str, label: str) -> object:
+    if key in ("n", "batch_size"):
+        try:
+            return int(text)
+        except ValueError:
+            raise SchemeError(f"{label}: {key}={text!r} must be a positive integer") from None
+    if key == "eps":
+        try:
+            return float(text)
+        except ValueError:
+            raise SchemeError(f"{label}: eps={text!r} must be a number") from None
+    value = text.strip("'\"")
+    if key == "representative" and value in ("None", "none"):
+        return None  # the trajectory scheme's "no representative named", as spec_string writes it
+    return value
+
+
+def get_scheme(spec: str | Scheme) -> Scheme:
+    """The scheme a string names: ``NAME`` or ``NAME(key=value, ...)``.
+
+    ``NAME`` is a preset (``rollaudit.PRESETS``); keys are those of the spec
+    (eps, scale, std, singleton, representative, n, batch_size, dtype) plus any other
+    field of :class:`Scheme`. The result's ``name`` is the string as given.
+
+    >>> get_scheme("prompt(scale=none)").scale
+    'none'
+    """
+    if isinstance(spec, Scheme):
+        return spec
+    if not isinstance(spec, str):
+        raise SchemeError(f"a scheme is a string or a Scheme, not {type(spec).__name__}")
+    label = spec.strip()
+    match = _STRING.match(spec)
+    if not match:
+        raise SchemeError(f"cannot parse scheme {label!r}: expected NAME or NAME(key=value, ...)")
+    name, arguments = match.group(1), match.group(2)
+    if name not in PRESETS:
+        raise SchemeError(f"unknown scheme {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}")
+    options: dict[str, Any] = {}  # each value's type is checked by Scheme.__post_init__
+    for item in filter(None, (part.strip() for part in (arguments or "").split(","))):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not value:
+            raise SchemeError(f"{label}: {item!r} is not key=value")
+        if key not in _ALL_KEYS:
+            others = ", ".join(k for k in _ALL_KEYS if k not in _SPEC_KEYS)
+            hint = did_you_mean(key, _ALL_KEYS)
+            raise SchemeError(f"{label}: unknown key {key!r}{hint}; keys: {', '.join(_SPEC_KEYS)} (and {others})")
+        if key in options:
+            raise SchemeError(f"{label}: {key} given twice")
+        options[key] = _parse_value(key, value, label)
+    scheme = dataclasses.replace(PRESETS[name], name=label, **options)
+    if scheme.groups in ("positional", "legacy"):
+        scheme.require_n()  # fail at parse time, before any file is read
+    return scheme
+
+
+def split_schemes(text: str) -> list[str]:
+    """Split ``"batch,prompt(n=8, scale=none)"`` on the commas outside parentheses."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise SchemeError(f"unbalanced ')' in scheme list {text!r}")
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    if depth:
+        raise SchemeError(f"unbalanced '(' in scheme list {text!r}")
+    parts.append("".join(current).strip())
+    return [part for part in parts if part]
