@@ -21,6 +21,7 @@ deeply tuples nest, which :func:`call_with_stack` turns into a thread with a dee
 
 from __future__ import annotations
 
+import itertools
 import pickletools
 import re
 import struct
@@ -89,6 +90,7 @@ _FAST_RUN = _fast_run()
 # numpy, a thousand opcodes a call, instead of the regular expression's one at a time.
 _PLAIN_WIDTHS = {code: 0 if op.arg is None else op.arg.n for code, op in _OPCODES.items() if op.name in _PLAIN_PUSHES}
 _HOMOGENEOUS_CHUNK = 4096
+_DUP_CODE = ord("2")
 _RELEASE_BYTES = 16 << 20
 _TEXT_WIDTHS = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}
 _MEMO_PUT_WIDTHS = {ord("q"): 1, ord("r"): 4, 0x94: 0}  # BINPUT, LONG_BINPUT, MEMOIZE
@@ -363,11 +365,13 @@ class _Scan:
     def _homogeneous(self, position: int) -> int:
         """The end of the run of one plain opcode that starts at ``position`` (``position`` when there is none
         long enough to be worth a numpy call)."""
+        width = _PLAIN_WIDTHS.get(self.data[position])
+        return position if width is None else self._run_end(position, width + 1)
+
+    def _run_end(self, position: int, stride: int) -> int:
+        """The end of the run of the opcode at ``position`` repeated every ``stride`` bytes (``position`` when
+        the run is too short to be worth a numpy call)."""
         data, end = self.data, self.end
-        width = _PLAIN_WIDTHS.get(data[position])
-        if width is None:
-            return position
-        stride = width + 1
         code = data[position]
         if position + 4 * stride >= end or data[position + stride] != code or data[position + 3 * stride] != code:
             return position
@@ -423,6 +427,13 @@ class _Scan:
                     if skimming and key is not None:
                         texts[index] = key
                 position += 1 + width
+                continue
+            if code == _DUP_CODE:
+                # A run of DUPs (one byte a value) is pushed in one step: millions of them otherwise cost
+                # seconds of this loop before the sample count bound can refuse them.
+                after = max(self._run_end(position, 1), position + 1)
+                stack.items.extend(itertools.repeat(stack.top(), after - position))
+                position, key = after, None
                 continue
             op = _OPCODES.get(code)
             if op is None:
