@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import random
 import statistics
 import sys
@@ -378,6 +379,125 @@ def benchmark_dump(path: str | Path, samples: int = 800, tokens: int = 3000, see
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# miles (a slime fork): its --dump-details layout (shared/corpus/miles/README.md).
+
+MILES_SESSIONS = [[2, 1, 3, 1], [1, 1, 1, 1], [3], [2, 2, 1], [1, 2, 1, 2], [4, 1, 2], [2]]
+"""Samples per agent session (attempt) of each prompt: fan-out, a one-session prompt, 3 of 4 attempts run."""
+SLIME_ONLY_FIELDS = ("custom_rm_path", "session_id", "rollout_top_p_token_ids", "rollout_top_p_token_offsets")
+
+
+def miles_normalized(prompts: list[int], trajectories: list[int], rewards: list[float]) -> list[float]:
+    """miles' _normalize_rewards_by_rollout (float32): per prompt, one reward per rollout, unbiased std + 1e-6."""
+    normalized = [0.0] * len(rewards)
+    for prompt in dict.fromkeys(prompts):
+        rows = [row for row, key in enumerate(prompts) if key == prompt]
+        firsts = {trajectories[row]: rewards[row] for row in reversed(rows)}
+        values = torch.tensor(list(reversed(firsts.values())), dtype=torch.float)
+        centred = values - values.mean()
+        if len(values) > 1 and values.std() > 0:
+            centred = centred / (values.std() + 1e-6)
+        by_rollout = dict(zip(reversed(firsts), centred.tolist(), strict=True))
+        for row in rows:
+            normalized[row] = by_rollout[trajectories[row]]
+    return normalized
+
+
+def write_miles_run(
+    directory: str | Path,
+    rollout_ids: tuple[int, ...] = (7,),
+    *,
+    sessions: list[list[int]] | None = None,
+    response_length: tuple[int, int] = (6, 30),
+    global_batch: int = 8,
+    data_parallel: int = 2,
+    tensor_parallel: int = 1,
+    seed: int = 9000,
+) -> list[Path]:
+    """``--dump-details directory`` of a miles agent run: ``rollout_data/{id}.pt``, ``train_data/{id}_{rank}.pt``
+    (one per global rank; ``tensor_parallel`` ranks write each DP shard) and the ``trajectory/{id}.jsonl`` sidecar.
+
+    Each session's samples are deep copies of its base sample (they share ``index``); ``rollout_id`` is the base
+    index on every sibling of a session of more than one sample, None otherwise. The train side keeps whole steps
+    of ``global_batch`` rollouts (the rest is dropped), deals the rollouts to DP ranks and shuffles each rank's rows
+    (micro-batch order). In the first prompt, the first session's two siblings have byte-identical tokens.
+    """
+    directory = Path(directory)
+    written: list[Path] = []
+    for rollout_id in rollout_ids:
+        rng = random.Random(seed + rollout_id)
+        samples: list[dict[str, Any]] = []
+        for prompt, attempts in enumerate(sessions or MILES_SESSIONS):
+            group_index = rollout_id * 100 + prompt
+            for attempt, count in enumerate(attempts):
+                index = group_index * 4 + attempt
+                reward = rng.choice([0.0, 0.25, 1.0, 1.0])
+                for branch in range(count):
+                    sample = rollout_sample(
+                        rng,
+                        group_index=group_index,
+                        index=index,
+                        reward=reward,
+                        rollout_id=index if count > 1 else None,
+                        response_length=rng.randint(*response_length),
+                        status="truncated" if branch == count - 1 and rng.random() < 0.1 else "completed",
+                        extra={"rollout_indexer_topk": None, "opd_reverse_kl": None, "adapter": None},
+                    )
+                    if prompt == 0 and attempt == 0 and branch == 1:
+                        sample["tokens"] = list(samples[-1]["tokens"])  # a sibling identical to the one before
+                        sample["response_length"] = samples[-1]["response_length"]
+                        sample["loss_mask"] = list(samples[-1]["loss_mask"])
+                        sample["rollout_log_probs"] = list(samples[-1]["rollout_log_probs"])
+                    for key in SLIME_ONLY_FIELDS:
+                        sample.pop(key)
+                    sample.update(reward_spec=None, routing_key=None)
+                    sample["metadata"] = {"branch": f"b{branch}", "truncated": sample["status"] == "truncated"}
+                    samples.append(sample)
+        path = directory / "rollout_data" / f"{rollout_id}.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"rollout_id": rollout_id, "metadata": {}, "samples": samples}, path)
+        written.append(path)
+        sidecar = directory / "trajectory" / f"{rollout_id}.jsonl"
+        sidecar.parent.mkdir(parents=True, exist_ok=True)
+        lines = [
+            {"sample_index": s["index"], "group_index": s["group_index"], "status": s["status"], "reward": s["reward"]}
+            for s in samples
+        ]
+        sidecar.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        written.append(sidecar)
+        trajectories = [s["index"] if s["rollout_id"] is None else s["rollout_id"] for s in samples]
+        raw = [s["reward"] for s in samples]
+        normalized = miles_normalized([s["group_index"] for s in samples], trajectories, raw)
+        rollouts = list(dict.fromkeys(trajectories))
+        kept = rollouts[: len(rollouts) // global_batch * global_batch]
+        for shard in range(data_parallel):
+            mine = set(kept[shard::data_parallel])
+            rows = [row for row, key in enumerate(trajectories) if key in mine]
+            rng.shuffle(rows)
+            columns: dict[str, Any] = {
+                "tokens": [torch.tensor(samples[row]["tokens"], dtype=torch.int64) for row in rows],
+                "response_lengths": [samples[row]["response_length"] for row in rows],
+                "rewards": [normalized[row] for row in rows],
+                "truncated": [int(samples[row]["status"] == "truncated") for row in rows],
+                "loss_masks": [torch.tensor(samples[row]["loss_mask"], dtype=torch.int32) for row in rows],
+                "sample_indices": [samples[row]["index"] for row in rows],
+                "rollout_ids": [trajectories[row] for row in rows],
+                "raw_reward": raw,
+                "total_lengths": [len(samples[row]["tokens"]) for row in rows],
+                "num_rollouts": [global_batch],
+                "advantages": [
+                    torch.full((samples[row]["response_length"],), normalized[row], dtype=torch.float32) for row in rows
+                ],
+            }
+            for rank in range(shard * tensor_parallel, (shard + 1) * tensor_parallel):
+                path = directory / "train_data" / f"{rollout_id}_{rank}.pt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                payload = {"rollout_id": rollout_id, "rank": rank, "rollout_data": columns}
+                torch.save({**payload, "cp_rank": 0, "cp_size": 1, "qkv_format": "thd"}, path)
+                written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 
 
 def write_all(directory: Path) -> list[Path]:
@@ -392,6 +512,7 @@ def write_all(directory: Path) -> list[Path]:
     details = directory / "dump_details"
     written.append(save_rollout_dump(details / "rollout_data" / "0.pt", 0, rollout))
     written.append(save_train_dump(details / "train_data" / "0_0.pt", 0, train, **extra))
+    written.extend(write_miles_run(directory / "miles"))
     return written
 
 

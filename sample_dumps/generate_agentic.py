@@ -309,7 +309,107 @@ def write_tinker(root: Path) -> list[Path]:
     return paths
 
 
-WRITERS = (write_verl_v1, write_areal, write_rllm, write_nemo_rl, write_roll, write_tinker)
+# ---------------------------------------------------------------------------------------------------------------------
+# prime-rl: rollouts/step_{N}/train/{all,effective}/traces.jsonl, an episode (verifiers Episode.to_record()) a line.
+
+
+def _prime_trace(rng: random.Random, agent: str, trainable: bool, rewards: dict[str, float], ok: bool = True) -> dict:
+    turns = rng.randint(1, 3) if ok else 1
+    nodes: list[dict[str, Any]] = [
+        {"message": {"role": "user", "content": "task"}, "sampled": False, "token_ids": [151644, 872, 1001, 151645],
+         "mask": [False] * 4, "is_content": [], "logprobs": []}
+    ]  # fmt: skip
+    calls, prompt = [], 4
+    for _ in range(turns):
+        length = rng.randint(3, 9)
+        nodes.append(
+            {"parent": len(nodes) - 1, "message": {"role": "assistant", "content": "reply"}, "sampled": True,
+             "token_ids": [151644, 77091] + [1000 + rng.randint(0, 9999) for _ in range(length)],
+             "mask": [False, False] + [True] * length, "is_content": [], "logprobs": [-0.5] * length}
+        )  # fmt: skip
+        calls.append({"node": len(nodes) - 1, "finish_reason": "stop",
+                      "usage": {"prompt_tokens": prompt, "completion_tokens": length}})  # fmt: skip
+        prompt += length + 2
+    return {
+        "version": 1, "id": rng.randbytes(16).hex(), "agent": {"name": agent, "trainable": trainable},
+        "nodes": nodes, "calls": calls, "rewards": {name: {"score": score, "weight": 1.0 if name != "judge" else 0.5}
+                                                    for name, score in rewards.items()} if ok else {},
+        "metrics": {}, "info": {}, "is_completed": ok, "ok": ok,
+        "stop_condition": "agent_completed" if ok else "error", "errors": [] if ok else [{"type": "TimeoutError",
+                                                                                           "message": "timeout"}],
+    }  # fmt: skip
+
+
+def write_prime_rl(root: Path) -> list[Path]:
+    """Two envs: ``delegate`` (GRPO over a main and its subs, a non-trainable judge, an errored sub; one group
+    arrives over step_1 and step_2) and ``proposer-solver`` (hierarchical GRPO, solvers per episode)."""
+    import numpy as np
+
+    rng = random.Random(31)
+    run = root / "prime_rl" / "rollouts"
+    groups = [("delegate", _uuid(rng), 4), ("proposer-solver", _uuid(rng), 2), ("delegate", _uuid(rng), 4)]
+    episodes = []
+    for env, group, size in groups:
+        for _ in range(size):
+            if env == "delegate":
+                traces = [_prime_trace(rng, "main", True, {"correct": float(rng.random() < 0.5), "judge": 0.5})]
+                traces += [
+                    _prime_trace(rng, "sub", True, {"coverage": rng.choice([0.0, 1 / 3, 1.0])}, ok=rng.random() > 0.2)
+                    for _ in range(rng.randint(0, 2))
+                ]
+                traces.append(_prime_trace(rng, "judge", False, {}))
+            else:
+                traces = [_prime_trace(rng, "proposer", True, {"learnability": 0.75})]
+                traces += [_prime_trace(rng, "solver", True, {"correct": float(rng.random() < 0.5)}) for _ in range(3)]
+            episodes.append({"id": rng.randbytes(16).hex(), "env": {"id": env, "name": env}, "group": {"id": group},
+                             "run": {"type": "train", "work": {"type": "train", "step": 1}}, "ok": True,
+                             "errors": [], "traces": traces})  # fmt: skip
+    # Arrival: the last group's final episode arrives in step 2 (with the run's second batch).
+    arrived = {1: episodes[:-1], 2: episodes[-1:]}
+    paths = [
+        _write_lines(run / f"step_{step}/train/all/traces.jsonl", rows, separators=(",", ":"))
+        for step, rows in arrived.items()
+    ]
+    # Scoring: grpo (float32, r - mean) on delegate, hierarchical (solvers per episode, float64) on proposer-solver.
+    shipped: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    for env, group, _ in groups:
+        members = [
+            (episode, trace)
+            for episode in episodes
+            if episode["group"]["id"] == group
+            for trace in episode["traces"]
+            if trace["agent"]["trainable"] and trace["ok"]
+        ]
+        rewards = [sum(r["score"] * r["weight"] for r in trace["rewards"].values()) for _, trace in members]
+        if env == "delegate":
+            values = np.asarray(rewards, dtype=np.float32)
+            advantages = [float(a) for a in values - values.mean()]
+        else:
+            keys = [(t["agent"]["name"], e["id"] if t["agent"]["name"] == "solver" else None) for e, t in members]
+            advantages = [
+                r - sum(q for q, other in zip(rewards, keys, strict=True) if other == key) / keys.count(key)
+                for r, key in zip(rewards, keys, strict=True)
+            ]
+        step = 2 if group == groups[-1][1] else 1
+        for episode in {id(e): e for e, _ in members}.values():
+            kept = []
+            for (owner, trace), advantage in zip(members, advantages, strict=True):
+                if owner is episode and advantage != 0.0:
+                    nodes = [dict(node, advantages=[advantage] * sum(node["mask"])) if node["sampled"] else node
+                             for node in trace["nodes"]]  # fmt: skip
+                    kept.append(dict(trace, nodes=nodes, info={"advantage": advantage}))
+            if kept:
+                shipped[step].append(dict(episode, traces=kept))
+    paths += [
+        _write_lines(run / f"step_{step}/train/effective/traces.jsonl", rows, separators=(",", ":"))
+        for step, rows in shipped.items()
+    ]
+    metrics = [{"step": step, "train/reward/mean": 0.5} for step in (1, 2)]
+    paths.append(_write_lines(root / "prime_rl" / "metrics.jsonl", metrics))
+    return paths
+
+
+WRITERS = (write_verl_v1, write_areal, write_rllm, write_nemo_rl, write_roll, write_tinker, write_prime_rl)
 
 
 def write_all(root: Path) -> list[Path]:

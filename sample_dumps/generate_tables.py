@@ -393,7 +393,62 @@ def write_art(root: Path) -> list[Path]:
     return [path]
 
 
-WRITERS = (write_verl, write_trl, write_agl, write_generic, write_nemo, write_art)
+# ---------------------------------------------------------------------------------------------------------------------
+# open-instruct --save_traces: {rollouts_save_path}/{run_name}_rollouts_{shard:06d}.jsonl, every step's batch appended,
+# a line per response; prompt_idx = sample_idx // n; advantages as its data-preparation loop makes them (centered).
+
+
+def write_open_instruct(root: Path) -> list[Path]:
+    rng = random.Random(31)
+    n, vocabulary = 4, {"<pad>": 0, "<eos>": 1}
+
+    def ids(text: str) -> list[int]:  # a word-level stand-in tokenizer: ids assigned on first sight
+        return [vocabulary.setdefault(word, len(vocabulary)) for word in text.split()]
+
+    lines: list[dict[str, Any]] = []
+    for step, prompts in ((1, 5), (2, 4)):
+        scores: list[float] = []
+        rows: list[dict[str, Any]] = []
+        while len(scores) < prompts * n:
+            a, b = rng.randint(2, 40), rng.randint(2, 40)
+            group = [10.0 * rng.choice([0, 1]) for _ in range(n)]
+            if len(set(group)) == 1:
+                continue  # filter_zero_std_samples (the default): a zero-std group never reaches the batch
+            prompt = ids(f"user: what is {a} plus {b} ? assistant:")
+            for reward in group:
+                answer = a + b if reward else a + b + rng.randint(1, 9)
+                words = " ".join(f"think{rng.randint(0, 30)}" for _ in range(rng.randint(3, 12)))
+                truncated = rng.random() < 0.1
+                response = ids(f"{words} the answer is {answer}") + ([] if truncated else [1])
+                logprobs = [round(-rng.random(), 4) for _ in response]
+                rows.append(
+                    {"prompt_tokens": prompt, "response_tokens": response, "reward": reward,
+                     "finish_reason": "length" if truncated else "stop", "dataset": "gsm8k",
+                     "ground_truth": str(a + b), "request_info": None, "logprobs": logprobs}
+                )  # fmt: skip
+            scores += group
+        grouped = np.array(scores, dtype=np.float64).reshape(-1, n)
+        advantages = (grouped - grouped.mean(-1, keepdims=True)).reshape(-1)  # centered, float64
+        for index, row in enumerate(rows):
+            lines.append(
+                {"step": step, "sample_idx": index, "prompt_idx": index // n, **row,
+                 "advantage": float(advantages[index])}
+            )  # fmt: skip
+    # Key order as _save_rollouts writes it.
+    order = ("step", "sample_idx", "prompt_idx", "prompt_tokens", "response_tokens", "reward", "advantage",
+             "finish_reason", "dataset", "ground_truth", "request_info", "logprobs")  # fmt: skip
+    folder = root / "open_instruct" / "rollouts"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "demo_rollouts_000000.jsonl"
+    path.write_text("".join(json.dumps({key: line[key] for key in order}) + "\n" for line in lines))
+    metadata = folder / "demo_metadata.jsonl"
+    record = {"run_name": "demo", "git_commit": "e6c3044aa6201c8bfa4573c1b03142af599e730d",
+              "model_name": "demo-model", "timestamp": "2026-01-01T00:00:00+00:00"}  # fmt: skip
+    metadata.write_text(json.dumps(record) + "\n")
+    return [path, metadata]
+
+
+WRITERS = (write_verl, write_trl, write_agl, write_generic, write_nemo, write_art, write_open_instruct)
 
 
 def write_all(root: Path) -> list[Path]:

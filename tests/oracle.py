@@ -122,7 +122,7 @@ def _units(group, scheme):
 
 def _guarded(centred, std, scheme):
     """A centred value divided as the scheme's std guard says."""
-    if scheme.std_guard == "positive":
+    if scheme.std_guard in ("positive", "varied"):
         return centred / (std + scheme.eps) if std > 0 else centred
     if scheme.std_guard == "cutoff":
         return centred / (std + scheme.eps) if std > scheme.eps else 0.0
@@ -155,10 +155,12 @@ def _advantage(value, number, units, members, batch_finite, scheme):
         return centred
     if scheme.std_over == "batch":
         spread_set = batch_finite
+    if scheme.std_guard == "varied" and len(set(spread_set)) <= 1:
+        return centred  # NeMo-RL PR #4158: rewards all of one value are never divided by their std
     std = round_to(_std(spread_set, scheme.std) or 0.0, dtype)
     if dtype != "float64":
         denominator = round_to(std + scheme.eps, dtype)
-        if scheme.std_guard == "positive" and not std > 0:
+        if scheme.std_guard in ("positive", "varied") and not std > 0:
             return centred
         if scheme.std_guard == "cutoff" and not std > scheme.eps:
             return 0.0
@@ -232,6 +234,7 @@ def oracle_advantages(rows, scheme):
 def _drop_constant(batch, groups, result):
     """``drop=constant``: a group whose finite rewards (as given, before any rounding) are all one value is not
     trained (NaN); where every group of the batch is, the group of the batch's first row is kept."""
+
     def constant(group):
         values = {row["_exact"] for row in group if math.isfinite(row["_exact"])}
         return len(values) == 1
@@ -284,3 +287,49 @@ def oracle_metrics(scheme_values, reference_values, lengths=None, tol=1e-6):
     norm_r = math.fsum(w * r * r for w, (_, r, _) in zip(weights, pairs, strict=True))
     out["advantage_cosine"] = cross / math.sqrt(norm_s * norm_r) if norm_s > 0 and norm_r > 0 else None
     return out
+
+
+def oracle_prime_advantages(rows, scheme):
+    """prime-rl's estimators one row at a time (``scale=mean``, ``length_penalty``, ``subgroups``,
+    ``baseline=decayed``) over rows with finite rewards and ``agent``, ``env``, ``scoring_order`` and the token
+    counts; groups are (step, prompt); in input order."""
+    dtype = scheme.dtype
+    result = [None] * len(rows)
+    if scheme.baseline == "decayed":
+        baselines = {}
+        for index in sorted(range(len(rows)), key=lambda i: rows[i]["scoring_order"]):
+            row = rows[index]
+            key = (row["env"], row["agent"])
+            baseline = baselines.get(key, 0.0)
+            result[index] = round_to(row["reward"] - baseline, dtype)
+            baselines[key] = scheme.decay * baseline + (1 - scheme.decay) * row["reward"]
+        return result
+    groups = OrderedDict()
+    for index, row in enumerate(rows):
+        groups.setdefault((row["step"], row["prompt"]), []).append(index)
+    named = [name for name in scheme.episode_agents.split("|") if name]
+    for members in groups.values():
+        rewards = {i: round_to(rows[i]["reward"], dtype) for i in members}
+        mean = round_to(_mean([rewards[i] for i in members]), dtype)
+        if scheme.subgroups == "agent":
+            for i in members:
+                key = (rows[i]["agent"], rows[i]["trajectory"] if rows[i]["agent"] in named else None)
+                peers = [j for j in members if (rows[j]["agent"], rows[j]["trajectory"] if rows[j]["agent"] in named
+                                                else None) == key]  # fmt: skip
+                result[i] = round_to(rewards[i] - round_to(_mean([rewards[j] for j in peers]), dtype), dtype)
+        elif scheme.scale == "mean":
+            for i in members:
+                result[i] = round_to(round_to(rewards[i] - mean, dtype) / mean, dtype) if mean > 0 else 0.0
+        else:  # the linear length penalty
+            frac = dict.fromkeys(members, 0.0)
+            weights = zip(("num_output_tokens", "num_input_tokens", "num_turns"), (0.25, 0.1, 0.1), strict=True)
+            for column, weight in weights:
+                largest = max(1.0, max(float(rows[i][column]) for i in members))
+                for i in members:
+                    share = round_to(round_to(weight * rows[i][column], dtype) / largest, dtype)
+                    frac[i] = round_to(frac[i] + share, dtype)
+            shaped = {i: round_to(rewards[i] - round_to(mean * frac[i], dtype), dtype) for i in members}
+            shaped_mean = round_to(_mean(list(shaped.values())), dtype)
+            for i in members:
+                result[i] = round_to(shaped[i] - shaped_mean, dtype)
+    return result

@@ -217,6 +217,11 @@ def _compute(
             presets = candidate_schemes(table)
             if plan.no_trajectory is not None:  # no preset is fitted over trajectories the dump cannot tell apart
                 presets = [name for name in presets if not _needs_trajectories(get_scheme(name))]
+            # The framework's own default first among the presets: where the recorded values cannot tell it from
+            # another preset (open-instruct's centered GRPO is dr-grpo's arithmetic), the run's framework names it.
+            default = (facts_in(table).get("trained_default") or {}).get("scheme")
+            if default in presets:
+                presets = [default, *(name for name in presets if name != default)]
             candidates = [*presets, *values, *recorded_schemes, *([plan.given] if plan.given else [])]
             detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
             trained = from_recorded(detection, plan.given, RECORDED_ROW)

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from .._errors import SchemeError
 from .._table import PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
 from .presets import PRESETS, get_scheme
-from .schemes import Scheme
+from .schemes import Scheme, columns_needed
 
 if TYPE_CHECKING:
     import torch
@@ -146,6 +146,10 @@ def candidate_schemes(table: pa.Table) -> list[str]:
             continue  # a blank description: the same numbers as ``prompt``
         if scheme.group_by not in table.column_names or scheme.reward not in table.column_names:
             continue
+        if (scheme.notes is not None and scheme.notes.not_auditable) or not set(columns_needed(scheme)).issubset(
+            table.column_names
+        ):
+            continue  # no dump rollaudit reads carries it, or this table lacks a column it reads
         if scheme.whiten == "tokens" and table.column(RESPONSE_LENGTH).null_count:
             continue
         if scheme.siblings == "equal" or (scheme.representative is None and scheme.members == "trajectories"):

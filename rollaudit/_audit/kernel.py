@@ -37,8 +37,9 @@ from .engine.groups import (
     ungrouped_rows,
 )
 from .engine.threads import SideBySide
+from .estimators import advantages as estimator_advantages
 from .moments import moment_advantages
-from .schemes import Scheme
+from .schemes import Scheme, uses_estimator
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # verl's masked_whiten: the small constants of its masked mean and its variance.
@@ -168,8 +169,8 @@ def _std(scheme: Scheme, spread: torch.Tensor, count: torch.Tensor, overwrite: b
 def _std_factor(scheme: Scheme, std: torch.Tensor) -> torch.Tensor:
     """The factor a centred value is scaled by, from the std (``std_guard``; ``std`` may be overwritten):
     ``1 / (std + eps)``; where std is 0, 1 for ``positive`` (NeMo-RL leaves it unscaled); 0 where std <= eps for
-    ``cutoff`` (ROLL)."""
-    if scheme.std_guard == "positive":
+    ``cutoff`` (ROLL); exact arithmetic gives a std of 0 to rewards all of one value, so ``varied`` is ``positive``."""
+    if scheme.std_guard in ("positive", "varied"):
         return torch.where(std > 0, (std + scheme.eps).reciprocal(), 1.0)
     if scheme.std_guard == "cutoff":
         return torch.where(std > scheme.eps, (std + scheme.eps).reciprocal(), 0.0)
@@ -188,11 +189,47 @@ def _rounded_affine(
         return centred
     std = _rounded(_std(scheme, spread, count), scheme)
     denominator = _rounded(std + scheme.eps, scheme)
-    if scheme.std_guard == "positive":
+    if scheme.std_guard in ("positive", "varied"):  # the std of exact deviations: 0 where the rewards are one value
         denominator = torch.where(std > 0, denominator, 1.0)
     elif scheme.std_guard == "cutoff":
         denominator = torch.where(std > scheme.eps, denominator, torch.inf)
     return _rounded(centred / groups.spread(denominator), scheme)
+
+
+def _undivided_where_peers_agree(
+    scheme: Scheme,
+    groups: Segments,
+    value: torch.Tensor,
+    valid: torch.Tensor | None,
+    count: torch.Tensor,
+    advantage: torch.Tensor,
+) -> torch.Tensor:
+    """``std_guard="varied"`` over rounded moments (NeMo-RL PR #4158): a member whose std comes from rewards all of
+    one value (its leave-one-out peers, or its whole group) is centred and not divided, whatever residue the rounded
+    moments left for a std. Its baseline is then that one value, so the centred value is ``r - value`` rounded once
+    (upstream's float32 baseline can differ from it by a unit in the last place)."""
+    codes = groups.codes if not groups.single else torch.zeros_like(value, dtype=torch.int64)
+    member = torch.ones_like(value, dtype=torch.bool) if valid is None else valid
+    low = torch.full((groups.count,), torch.inf, dtype=F64, device=value.device)
+    high = torch.full((groups.count,), -torch.inf, dtype=F64, device=value.device)
+    low.scatter_reduce_(0, codes, torch.where(member, value, torch.inf), "amin")
+    high.scatter_reduce_(0, codes, torch.where(member, value, -torch.inf), "amax")
+    row_low, row_high = low.index_select(0, codes), high.index_select(0, codes)
+    agree = row_low == row_high
+    peer = value
+    if scheme.baseline == "leave-one-out":
+        # The peers of a member agree when every other member sits at the group's other extreme.
+        at_low = torch.zeros(groups.count, dtype=F64, device=value.device)
+        at_high = torch.zeros(groups.count, dtype=F64, device=value.device)
+        at_low.scatter_add_(0, codes, (member & (value == row_low)).to(F64))
+        at_high.scatter_add_(0, codes, (member & (value == row_high)).to(F64))
+        others = count.index_select(0, codes) - 1
+        lone_low = (value == row_low) & (at_high.index_select(0, codes) == others)
+        lone_high = (value == row_high) & (at_low.index_select(0, codes) == others)
+        agree |= lone_low | lone_high
+        peer = torch.where(agree & ~(row_low == row_high), torch.where(lone_low, row_high, row_low), value)
+    centred = _rounded(value - peer, scheme)
+    return torch.where(agree & member, centred, advantage)
 
 
 def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.Tensor:
@@ -225,6 +262,10 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
     NaN marks an undefined advantage (a sample whose reward is not finite, or
     a one-member group under ``singleton="nan"``); nothing else is NaN.
     """
+    if scheme.notes is not None and scheme.notes.not_auditable:
+        raise NotAuditable(f"{scheme.name or 'scheme'}: {scheme.notes.not_auditable}")
+    if uses_estimator(scheme):  # MaxRL, the length penalty, agent sub-groups, the decayed baseline
+        return estimator_advantages(enc, scheme)
     enc = enc.with_reward(scheme.reward)
     groups, units = member_groups(enc, scheme)
     if units is not None and scheme.siblings == "equal":
@@ -265,7 +306,10 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
 
     if from_moments:
         order = enc.batch_rank if units is None else enc.batch_rank.index_select(0, units.first_row)
-        unit_advantage = moment_advantages(scheme, groups, value, count, order, DTYPES[scheme.dtype])
+        guard = scheme.with_options(std_guard="positive") if scheme.std_guard == "varied" else scheme
+        unit_advantage = moment_advantages(guard, groups, value, count, order, DTYPES[scheme.dtype])
+        if scheme.std_guard == "varied":
+            unit_advantage = _undivided_where_peers_agree(scheme, groups, value, valid, count, unit_advantage)
     elif affine and reduced:
         unit_advantage = _rounded_affine(scheme, groups, value, mean, group_spread, count)
     elif affine:

@@ -13,9 +13,12 @@ from typing import Any
 from .._errors import SchemeError, did_you_mean
 from .schemes import _NOT_PARAMETERS, PresetNotes, Scheme
 
+_PRIME_RL = "prime-rl 559b447 (PrimeIntellect-ai/prime-rl, verifiers a60a606)"
 _RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2)"
 # Both NeMo-RL estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
 _NEMO_FIX = "the defect NeMo-RL PR #4158 fixes"
+# slime PR #2083 (open) adds advantage_estimator=reinforce, normalized exactly as grpo: the same presets.
+_SLIME_REINFORCE = "; advantage_estimator=grpo, or reinforce (slime PR #2083, open: normalized exactly as grpo)"
 
 
 def _preset(name: str, notes: PresetNotes, **fields: Any) -> Scheme:
@@ -81,7 +84,7 @@ PRESETS: dict[str, Scheme] = {
             PresetNotes(
                 "prompt, singleton 0; all keys missing: consecutive slices of n; some keys missing: an error naming "
                 "the first position without one",
-                "slime PR #2204",
+                "slime PR #2204" + _SLIME_REINFORCE,
             ),
             groups="prompt",
             singleton="zero",
@@ -92,7 +95,7 @@ PRESETS: dict[str, Scheme] = {
                 "groups by prompt; a trajectory's samples (rollout_id, else index) count once and must share one "
                 "reward; centre on the mean over trajectories, divide by (unbiased std + 1e-6) only when the prompt "
                 "has more than one trajectory and std > 0; missing keys: slices of n when N = n x B, else the step",
-                "slime PR #2062",
+                "slime PR #2062" + _SLIME_REINFORCE,
             ),
             groups="prompt",
             missing_keys="legacy",
@@ -212,6 +215,32 @@ PRESETS: dict[str, Scheme] = {
             std_from="moments",
             dtype="float32",
         ),
+        # NeMo-RL PR #4158 (merged 2026-09): a member whose std comes from rewards all of one value is not divided.
+        _preset(
+            "nemo-loo-4158",
+            PresetNotes(
+                "nemo-loo after PR #4158: a row whose leave-one-out peers all share one reward is centred and not "
+                "divided by std, so the float32 residues of nemo-loo vanish; float32 moments otherwise",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=true), PR #4158",
+            ),
+            groups="prompt",
+            baseline="leave-one-out",
+            std_guard="varied",
+            std_from="moments",
+            dtype="float32",
+        ),
+        _preset(
+            "nemo-grpo-4158",
+            PresetNotes(
+                "nemo-grpo after PR #4158: a group whose rewards are all one value is centred and not divided by "
+                "std; float32 moments otherwise",
+                "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=false), PR #4158",
+            ),
+            groups="prompt",
+            std_guard="varied",
+            std_from="moments",
+            dtype="float32",
+        ),
         _preset(
             "agl-dedup",
             PresetNotes(
@@ -275,6 +304,23 @@ PRESETS: dict[str, Scheme] = {
             groups="prompt",
             baseline="leave-one-out",
             scale="none",
+        ),
+        _preset(
+            "areal-group-1563",
+            PresetNotes(
+                "AReaL group norm after PRs #1563 / #1619: one reference reward per logical rollout (attempt) in "
+                "the task's mean and std, divisor 1 where that std <= 2 eps, tasks with fewer than "
+                "min_usable_group_size (default 2) attempts dropped (undefined)",
+                "AReaL actor.reward_norm with logical group membership (PRs #1563, #1619)",
+                undefined="AReaL drops groups under min_usable_group_size (default 2)",
+                not_auditable="it needs each row's attempt (logical rollout) id, which AReaL's dumps do not record "
+                "(sample_idx numbers rows)",
+            ),
+            groups="prompt",
+            members="trajectories",
+            representative="first",
+            singleton="nan",
+            eps=1e-5,
         ),
         _preset(
             "rllm-grpo",
@@ -363,6 +409,108 @@ PRESETS: dict[str, Scheme] = {
             groups="prompt",
             std="population",
         ),
+        # open-instruct.
+        _preset(
+            "oi-centered",
+            PresetNotes(
+                "open-instruct advantage_normalization_type=centered (the default): r minus the mean of its "
+                "prompt_idx group (consecutive slices of n rows of the step's batch; without prompt keys, slices "
+                "of n), no std, float64; a one-row group gives 0",
+                "open-instruct data_loader.py DataPreparationActor._data_preparation_loop, advantages "
+                "(e6c3044, lines 1472-1484)",
+            ),
+            groups="prompt",
+            scale="none",
+        ),
+        _preset(
+            "oi-standard",
+            PresetNotes(
+                "open-instruct advantage_normalization_type=standard: as oi-centered, divided by the group's "
+                "population std + 1e-8, float64",
+                "open-instruct data_loader.py DataPreparationActor._data_preparation_loop, advantages "
+                "(e6c3044, lines 1472-1484)",
+            ),
+            groups="prompt",
+            std="population",
+            eps=1e-8,
+        ),
+        # miles.
+        _preset(
+            "miles-grpo",
+            PresetNotes(
+                "miles: slime-2062 in float32 (per prompt, a rollout's samples (rollout_id, else index) count once "
+                "and must share one reward; r minus the mean over rollouts, divided by (unbiased std + 1e-6) only "
+                "when the prompt has more than one rollout and std > 0; one rollout gives 0; scale=none: "
+                "grpo_std_normalization off)",
+                "miles miles/ray/rollout/train_data_conversion.py _normalize_rewards_by_rollout (31f1ca9)",
+            ),
+            groups="prompt",
+            missing_keys="legacy",
+            members="trajectories",
+            siblings="equal",
+            dtype="float32",
+        ),
+        # prime-rl.
+        _preset(
+            "prime-grpo",
+            PresetNotes(
+                "prime-rl grpo (the default): group = group.id over the run, members = traces that are trainable, ok "
+                "and have sampled tokens; r (sum of score x weight) minus the group mean, no std, no eps, float32; "
+                "a one-member or constant group gives 0",
+                _PRIME_RL + " src/prime_rl/orchestrator/algo/grpo.py GRPOAlgorithm.score_group",
+            ),
+            groups="prompt",
+            scale="none",
+            dtype="float32",
+        ),
+        _preset(
+            "prime-grpo-lenpen",
+            PresetNotes(
+                "prime-rl grpo with the linear length penalty (weights 0.25 output tokens, 0.1 input tokens, 0.1 "
+                "turns; each over the group's largest, at least 1): s = r - mean(r) x frac, A = s - mean(s), float32; "
+                "needs the token counts of each trace",
+                _PRIME_RL + " src/prime_rl/orchestrator/algo/grpo.py (length_penalty=LinearLengthPenaltyConfig())",
+            ),
+            groups="prompt",
+            scale="none",
+            length_penalty="linear",
+            dtype="float32",
+        ),
+        _preset(
+            "prime-maxrl",
+            PresetNotes(
+                "prime-rl max_rl: m = the group mean; A = (r - m) / m, every member 0 when m <= 0; float32",
+                _PRIME_RL + " src/prime_rl/orchestrator/algo (MaxRLAlgoConfig)",
+            ),
+            groups="prompt",
+            scale="mean",
+            dtype="float32",
+        ),
+        _preset(
+            "prime-hierarchical",
+            PresetNotes(
+                "prime-rl hierarchical_grpo: inside the group, sub-groups keyed (agent, episode) for the agents "
+                "episode_agents names (|-separated, e.g. episode_agents=solver), (agent) otherwise; r minus the "
+                "sub-group mean, float64; a one-member sub-group gives 0",
+                _PRIME_RL + " src/prime_rl/orchestrator/algo/hierarchical_grpo.py HierarchicalGRPOAlgorithm",
+            ),
+            groups="prompt",
+            scale="none",
+            subgroups="agent",
+        ),
+        _preset(
+            "prime-rae",
+            PresetNotes(
+                "prime-rl rae: one baseline per (env, agent), 0 at the run's start; members in scoring order "
+                "across steps: A = r - b, then b = decay x b + (1 - decay) x r (decay 0.95), float64; not auditable "
+                "unless the dumps start at the run's first step with no gap",
+                _PRIME_RL + " src/prime_rl/orchestrator/algo (RAEAlgoConfig)",
+            ),
+            groups="prompt",
+            scale="none",
+            baseline="decayed",
+            decay=0.95,
+        ),
         # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
         _preset(
             "custom",
@@ -391,11 +539,11 @@ def _parse_value(key: str, text: str, label: str) -> object:
             return int(text)
         except ValueError:
             raise SchemeError(f"{label}: {key}={text!r} must be a positive integer") from None
-    if key == "eps":
+    if key in ("eps", "decay"):
         try:
             return float(text)
         except ValueError:
-            raise SchemeError(f"{label}: eps={text!r} must be a number") from None
+            raise SchemeError(f"{label}: {key}={text!r} must be a number") from None
     value = text.strip("'\"")
     if key == "representative" and value in ("None", "none"):
         return None  # the trajectory scheme's "no representative named", as spec_string writes it

@@ -31,12 +31,16 @@ class PresetNotes:
     rounding_fix
         the upstream change that removes the residues its rounded arithmetic leaves where exact arithmetic gives no
         advantage, as a phrase (``the defect NeMo-RL PR #4158 fixes``), or None.
+    not_auditable
+        why no dump can carry the preset yet (a field its upstream version needs that today's dumps lack), or None:
+        the audit lists it as not auditable with this reason and never computes it.
     """
 
     description: str
     source: str
     undefined: str | None = None
     rounding_fix: str | None = None
+    not_auditable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,18 @@ class Scheme:
         under ``members="trajectories"``: ``any``, or ``equal`` (a trajectory
         whose samples carry different rewards is an error naming it).
     baseline
-        ``mean`` of the group, or ``leave-one-out`` (mean of the other members).
+        ``mean`` of the group, ``leave-one-out`` (mean of the other members), or ``decayed``: a running
+        baseline per (``env``, ``agent``) over the run in ``scoring_order``, ``A = r - b`` then
+        ``b = decay * b + (1 - decay) * r`` from b = 0 (prime-rl ``rae``; ``rollaudit._audit.estimators``).
     scale, std, std_over, std_guard, eps
         ``scale="std"`` divides by the group's (``std_over="group"``) or the
         whole step's (``"batch"``) standard deviation, ``unbiased`` (n-1) or
         ``population`` (n); ``std_guard="eps"`` divides by ``std + eps``,
         ``"positive"`` by ``std + eps`` only where std > 0 (NeMo-RL), ``"cutoff"``
-        by ``std + eps`` where std > eps and gives 0 elsewhere (ROLL).
-        ``scale="none"`` is Dr.GRPO.
+        by ``std + eps`` where std > eps and gives 0 elsewhere (ROLL), ``"varied"`` as ``positive``, and never
+        where the rewards feeding the std are all one value, whatever std the rounded arithmetic made of them
+        (NeMo-RL PR #4158; the same as ``positive`` in exact arithmetic).
+        ``scale="none"`` is Dr.GRPO; ``scale="mean"`` divides by the group mean, 0 where it is <= 0 (MaxRL).
     std_from
         how rounded arithmetic (``dtype`` other than float64) forms the std: ``deviations`` from the mean
         (``torch.std``), or ``moments``, mean of squares minus squared mean (NeMo-RL, summed in the order of its
@@ -106,6 +114,14 @@ class Scheme:
     nonfinite
         advantage of a sample whose reward is NaN or inf (always left out of
         every statistic): ``nan`` (undefined, counted by the audit) or ``zero`` (TRL).
+    subgroups, episode_agents
+        ``agent``: the baseline is the mean of a sub-group inside the group, keyed by the ``agent`` column, and by
+        the episode (``trajectory``) too for the agents ``episode_agents`` names (``|``-separated) (prime-rl
+        ``hierarchical_grpo``).
+    length_penalty
+        ``linear``: prime-rl's linear length penalty before centring (``rollaudit._audit.estimators``).
+    decay
+        the running baseline's decay under ``baseline="decayed"``.
     """
 
     groups: Groups = "prompt"
@@ -115,11 +131,11 @@ class Scheme:
     members: Literal["samples", "trajectories"] = "samples"
     representative: Literal["first", "last", "max", "mean"] | None = "first"
     siblings: Literal["any", "equal"] = "any"
-    baseline: Literal["mean", "leave-one-out"] = "mean"
-    scale: Literal["std", "none"] = "std"
+    baseline: Literal["mean", "leave-one-out", "decayed"] = "mean"
+    scale: Literal["std", "none", "mean"] = "std"
     std: Literal["unbiased", "population"] = "unbiased"
     std_over: Literal["group", "batch"] = "group"
-    std_guard: Literal["eps", "positive", "cutoff"] = "eps"
+    std_guard: Literal["eps", "positive", "cutoff", "varied"] = "eps"
     std_from: Literal["deviations", "moments"] = "deviations"
     singleton: Literal["zero", "raw", "nan"] = "zero"
     whiten: Literal["none", "tokens"] = "none"
@@ -130,6 +146,10 @@ class Scheme:
     eps: float = 1e-6
     n: int | None = None
     batch_size: int | None = None
+    subgroups: Literal["none", "agent"] = "none"
+    episode_agents: str = ""
+    length_penalty: Literal["none", "linear"] = "none"
+    decay: float = 0.95
     name: str = field(default="", compare=False)
     notes: PresetNotes | None = field(default=None, compare=False)
     """The preset's reference text (carried by every scheme parsed from that preset's name); None when custom."""
@@ -154,6 +174,9 @@ class Scheme:
             raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
         if self.std_from == "moments" and self.std_over != "group":
             raise SchemeError(f"{label}: std_from=moments takes each group's own moments: it needs std_over=group")
+        if not (isinstance(self.decay, (int, float)) and 0 < self.decay <= 1):
+            raise SchemeError(f"{label}: decay={self.decay!r} must be a number in (0, 1]")
+        check_estimator(self, label)
 
     def require_n(self) -> int:
         """``n`` for the slicing schemes, or an error that says how to give it."""
@@ -202,3 +225,57 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     for key, annotation in get_type_hints(Scheme).items()
     if key not in _NOT_PARAMETERS and (choices := _literal_choices(annotation)) is not None
 }
+
+
+def uses_estimator(scheme: Scheme) -> bool:
+    """Whether a scheme needs prime-rl's estimators (``estimators``: the kernel's affine and leave-one-out paths do
+    not cover it)."""
+    return (
+        scheme.scale == "mean"
+        or scheme.length_penalty != "none"
+        or scheme.subgroups != "none"
+        or scheme.baseline == "decayed"
+    )
+
+
+def check_estimator(scheme: Scheme, label: str) -> None:
+    """SchemeError for a combination these estimators do not define (each is one upstream class, no mixture)."""
+    if not uses_estimator(scheme):
+        return
+    named = [
+        name
+        for name, used in (
+            ("scale=mean", scheme.scale == "mean"),
+            ("length_penalty=linear", scheme.length_penalty != "none"),
+            ("subgroups=agent", scheme.subgroups != "none"),
+            ("baseline=decayed", scheme.baseline == "decayed"),
+        )
+        if used
+    ]
+    if len(named) > 1:
+        raise SchemeError(f"{label}: {' and '.join(named)} are separate estimators: name one")
+    if scheme.baseline == "leave-one-out" or scheme.members != "samples" or scheme.whiten != "none":
+        raise SchemeError(f"{label}: {named[0]} takes every sample as a member of a plain mean baseline")
+    if scheme.drop != "none" or scheme.std_over != "group":
+        raise SchemeError(f"{label}: {named[0]} takes no drop or batch std")
+    if scheme.scale == "std":
+        raise SchemeError(f"{label}: {named[0]} divides by no std: it needs scale=none")
+
+
+AGENT = "agent"
+ENV = "env"
+SCORING_ORDER = "scoring_order"
+LENGTH_COLUMNS = ("num_output_tokens", "num_input_tokens", "num_turns")
+
+
+def columns_needed(scheme: Scheme) -> tuple[str, ...]:
+    """The columns beyond the canonical ones that a scheme reads (those of prime-rl's estimators): a table
+    without them cannot carry the scheme."""
+    needed: list[str] = []
+    if scheme.length_penalty != "none":
+        needed += LENGTH_COLUMNS
+    if scheme.subgroups != "none":
+        needed.append(AGENT)
+    if scheme.baseline == "decayed":
+        needed += [SCORING_ORDER, ENV, AGENT]
+    return tuple(dict.fromkeys(needed))

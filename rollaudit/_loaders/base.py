@@ -21,6 +21,10 @@ A format is four functions and a name:
 The engine (worker processes, Ray, the cache) and ``rollaudit.load`` work
 with any format through this interface alone.
 
+For ``rollaudit watch``, a format whose steps are several files says how a file's step is named (``step_of``) and
+whether a step's files keep landing with no sign of the last (``step_grows``); a file is whole by its own bytes
+(see :mod:`rollaudit._watch.files`).
+
 Besides, a format declares the reading options it takes (``options``: names
 of :class:`~.options.LoadOptions` fields) and what it reads instead of the
 others (``reads``); :meth:`Format.check_options` refuses an option it would
@@ -70,6 +74,14 @@ class Format:
     when it cannot tell which, and why; empty when the format names none."""
     cannot_audit: tuple[str, ...] = ()
     """What its dumps cannot show, in the words the report uses (e.g. no trajectory key)."""
+    step_of: Callable[[Path], str] | None = None
+    """``rollaudit watch``: the step a file belongs to, from its path, where a step is several files read
+    together (slime's rollout dump and the train dumps that land after it); None: each file is read on its own."""
+    step_grows: bool = False
+    """``rollaudit watch``: whether a step's files keep landing one by one with no sign of the last (AReaL's task
+    files in a version directory, rllm's episodes in a step folder); such a step is complete once a later step
+    has started, or the run has gone idle. Otherwise each whole file is audited as it lands, and a later file of
+    the same step gives that step a new record."""
 
     def check_options(self, options: LoadOptions) -> None:
         """A UsageError naming the first reading option set in ``options`` that this format does not take."""
@@ -92,3 +104,8 @@ class Format:
     def read_all(self, paths: list[Path], options: LoadOptions) -> list[pa.Table]:
         """Read ``paths`` one after the other in this process and combine them: one canonical table per step."""
         return self.combine(paths, [self.read(path, options) for path in paths], options)
+
+
+def folder_step(path: Path) -> str:
+    """A file's step is its folder (a ``step_of`` for runs that write a directory per step)."""
+    return str(path.parent)

@@ -7,13 +7,31 @@ command line find it through this table.
 from __future__ import annotations
 
 from .base import Format
-from .formats import agent_lightning, areal, art, generic, nemo_rl, rllm, roll, slime, tinker, trl, verl
+from .formats import (
+    agent_lightning,
+    areal,
+    art,
+    generic,
+    miles,
+    nemo_rl,
+    open_instruct,
+    prime_rl,
+    rllm,
+    roll,
+    slime,
+    tinker,
+    trl,
+    verl,
+)
 
 FORMATS: dict[str, Format] = {
     loader.name: loader
     for loader in (
+        miles.LOADER,  # before slime, which takes any torch.save zip: miles' are told apart by their top-level keys
         slime.LOADER,
         tinker.LOADER,
+        prime_rl.LOADER,  # before verl and generic: its traces.jsonl are JSON Lines tables too
+        open_instruct.LOADER,  # before generic: its traces are JSON Lines any table reader would take
         art.LOADER,  # before trl and generic: an ART log is a Parquet table too
         areal.LOADER,  # before verl: its task files are named {task_id}.jsonl, like verl's {step}.jsonl
         verl.LOADER,

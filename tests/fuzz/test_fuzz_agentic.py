@@ -1,4 +1,5 @@
-"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, tinker, agent-lightning's export).
+"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, tinker, open-instruct,
+agent-lightning's export).
 
 Two kinds of case per loader, each over the bundled samples in the framework's own layout: their bytes mutated,
 and their JSON mutated by structure (a value at a random path replaced by a random JSON value, a key dropped, a
@@ -19,6 +20,7 @@ from tests.fuzz import harness, mutations
 from tests.fuzz.harness import read_sample, run_case
 
 _TINKER = "train_rollout_summaries.jsonl"
+_OPEN_INSTRUCT = ("demo_rollouts_000000.jsonl", "demo_metadata.jsonl")
 # loader -> (files of one case: name in the case directory -> sample path, the path to load in the case directory)
 CASES = {
     "areal": (
@@ -34,6 +36,18 @@ CASES = {
     "verl_v1": ({"rollout_data/3.jsonl": "verl_v1/rollout_data/3.jsonl"}, "rollout_data"),
     "tinker": (
         {f"iteration_00000{n}/{_TINKER}": f"tinker/iteration_00000{n}/{_TINKER}" for n in (1, 2)},
+        ".",
+    ),
+    "prime_rl": (
+        {
+            f"rollouts/step_{n}/train/{kind}/traces.jsonl": f"prime_rl/rollouts/step_{n}/train/{kind}/traces.jsonl"
+            for n in (1, 2)
+            for kind in ("all", "effective")
+        },
+        ".",
+    ),
+    "open_instruct": (
+        {f"rollouts/{name}": f"open_instruct/rollouts/{name}" for name in _OPEN_INSTRUCT},
         ".",
     ),
 }
@@ -158,3 +172,7 @@ test_verl_v1_mutated_bytes = _byte_test("verl_v1")
 test_verl_v1_mutated_structure = _structure_test("verl_v1")
 test_tinker_mutated_bytes = _byte_test("tinker")
 test_tinker_mutated_structure = _structure_test("tinker")
+test_prime_rl_mutated_bytes = _byte_test("prime_rl")
+test_prime_rl_mutated_structure = _structure_test("prime_rl")
+test_open_instruct_mutated_bytes = _byte_test("open_instruct")
+test_open_instruct_mutated_structure = _structure_test("open_instruct")

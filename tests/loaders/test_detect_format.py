@@ -21,6 +21,8 @@ DUMPS = ROOT / "sample_dumps"
 SAMPLES = {
     "uniform.pt": "slime",
     "dump_details/train_data/0_0.pt": "slime",
+    "miles/rollout_data/7.pt": "miles",
+    "miles/train_data/7_1.pt": "miles",
     "verl/rollout_data/1.jsonl": "verl",
     "trl/completions/completions_00010.parquet": "trl",
     "agl/rollouts.parquet": "generic",
@@ -30,6 +32,8 @@ SAMPLES = {
     "nemo/train_data_step3.jsonl": "generic",
     "tinker/iteration_000001/train_rollout_summaries.jsonl": "tinker",
     "art/.art/demo/models/agent/trajectories/train/0001.parquet": "art",
+    "prime_rl/rollouts/step_1/train/all/traces.jsonl": "prime_rl",
+    "open_instruct/rollouts/demo_rollouts_000000.jsonl": "open_instruct",
 }
 
 
@@ -40,9 +44,11 @@ def load_quietly(*args, **kwargs):
 
 
 def test_the_registry_order():
-    # slime first; generic accepts any table: last; agent-lightning's export before it, so it is never a table.
+    # miles before slime (slime takes any torch.save zip); generic accepts any table: last; agent-lightning's
+    # export before it, so it is never a table.
     assert list(FORMATS) == [
-        "slime", "tinker", "art", "areal", "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "generic"
+        "miles", "slime", "tinker", "prime_rl", "open_instruct", "art", "areal", "verl", "trl", "rllm", "nemo_rl",
+        "roll", "agent_lightning", "generic",
     ]  # fmt: skip
 
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from ..._errors import InputError
 from ..._table import POSITION, REWARD, STEP, concat_tables, make_table, with_facts, with_found, with_trained_default
 from ..arrow import columns, tables
-from ..base import Format
+from ..base import Format, folder_step
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -235,4 +235,6 @@ LOADER = Format(
     reward=" or ".join(REWARD_FIELDS) + " (reward_col)",
     trained_with=(DEFAULT,),
     cannot_audit=(NO_ATTEMPT_ID,),
+    step_of=folder_step,
+    step_grows=True,
 )

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ..._errors import InputError
 from ..._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found, with_trained_default
 from ..arrow import tables
-from ..base import Format
+from ..base import Format, folder_step
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -271,4 +271,6 @@ LOADER = Format(
     trajectory="uid",
     reward="the trajectory's reward",
     trained_with=(DEFAULT,),
+    step_of=folder_step,
+    step_grows=True,
 )

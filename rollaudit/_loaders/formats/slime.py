@@ -72,6 +72,16 @@ def is_eval_dump(path: str | os.PathLike) -> bool:
     return bool(_EVAL_NAME.search(Path(path).stem))
 
 
+_DUMP_ID = re.compile(r"^(\d+)(?:_\d+)?$")
+
+
+def step_of_dump(path: Path) -> str:
+    """The step a dump file belongs to, by its name: ``<id>.pt`` (rollout) and ``<id>_<rank>.pt`` (train) share
+    ``<id>``; any other name is a step of its own."""
+    match = _DUMP_ID.match(path.stem)
+    return match.group(1) if match else str(path)
+
+
 def detect(path: Path) -> bool:
     """A torch.save zip, or a ``.pt`` file (so that a damaged one gets the slime reader's precise error)."""
     return path.suffix in SUFFIXES or is_torch_zip(path)
@@ -160,10 +170,10 @@ def read_dump(path: Path, options: LoadOptions) -> RolloutStep | TrainStep:
             raise InputError(f"the pickle holds a {fields.type_name(top)}", file=str(path), expected=fields.LAYOUT)
         if "format_version" in top or "rollout_data" in top:
             return _train_step(path, top)
-        return _rollout_step(path, top, options)
+        return rollout_step(path, top, options)
 
 
-def _rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
+def rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
     step = fields.step_of(top, path)
     samples = fields.samples_of(top, path)
     group_index, index, trajectory, rewards, status, response_length, remove_sample = [], [], [], [], [], [], []
@@ -246,7 +256,7 @@ def _as_array(value: Any, budget: ElementBudget, field: str) -> Any:
 VARIES, DIFFERS = "varies", "differs"
 
 
-def _compare_tokens(advantages: Any, loss_masks: Any, advantage: float, budget: ElementBudget) -> str | None:
+def compare_tokens(advantages: Any, loss_masks: Any, advantage: float, budget: ElementBudget) -> str | None:
     """Check a sample's per-token advantages against its scalar: None when they agree."""
     if not math.isfinite(advantage):
         return None
@@ -316,7 +326,7 @@ def _train_step(path: Path, top: dict) -> TrainStep:
                 row=position,
                 expected="a float (the normalized reward)",
             )
-        verdict = _compare_tokens(sample.get("advantages"), sample.get("loss_masks"), advantage, budget)
+        verdict = compare_tokens(sample.get("advantages"), sample.get("loss_masks"), advantage, budget)
         if verdict is not None:
             verdicts[verdict] += 1
         train.sample_index.append(sample_index)
@@ -327,11 +337,11 @@ def _train_step(path: Path, top: dict) -> TrainStep:
         numbers = [fields.number_of(value) for value in raw]
         known = [number for number in numbers if number is not None]
         train.raw_reward = known if len(known) == len(numbers) else None
-    _warn_token_verdicts(path, verdicts)
+    warn_token_verdicts(path, verdicts)
     return train
 
 
-def _warn_token_verdicts(path: Path, verdicts: dict[str, int]) -> None:
+def warn_token_verdicts(path: Path, verdicts: dict[str, int]) -> None:
     if verdicts[VARIES]:
         warnings.warn(
             f"{path}: recorded advantages vary within a sample: not an outcome scheme (KL in reward or GAE) "
@@ -352,7 +362,7 @@ def _warn_token_verdicts(path: Path, verdicts: dict[str, int]) -> None:
 # Several files: one table per step, train dumps joined to their rollout dumps.
 
 
-def _expected_rollout_path(train_path: Path, step: int) -> str:
+def expected_rollout_path(train_path: Path, step: int) -> str:
     if train_path.parent.name == "train_data":
         return str(train_path.parent.parent / "rollout_data" / f"{step}.pt")
     return f"the rollout dump of step {step} (--save-debug-rollout-data)"
@@ -382,7 +392,7 @@ def _join(rollout: RolloutStep, trains: list[TrainStep]) -> pa.Table:
                     expected="each rollout sample trained at most once per step",
                 )
             recorded[row] = advantage
-        _check_raw_rewards(train, table)
+        check_raw_rewards(train, table)
     return table.set_column(
         table.column_names.index(RECORDED_ADVANTAGE), RECORDED_ADVANTAGE, pa.array(recorded, pa.float64())
     )
@@ -440,7 +450,7 @@ def _join_row(
     return row
 
 
-def _check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
+def check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
     """raw_reward covers the whole rollout batch: a mismatch usually means the wrong reward_key."""
     raw = train.raw_reward
     if raw is None or len(raw) != table.num_rows:
@@ -460,7 +470,7 @@ def _check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
         )
 
 
-def _check_one_kind(rollouts: list[RolloutStep]) -> None:
+def check_one_kind(rollouts: list[RolloutStep]) -> None:
     splits = {rollout.split: rollout.path for rollout in rollouts}
     if len(splits) > 1:
         raise InputError(
@@ -526,13 +536,13 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             trains.setdefault(part.step, []).append(part)
         else:
             rollouts.append(part)
-    _check_one_kind(rollouts)
+    check_one_kind(rollouts)
     by_step = {rollout.step: rollout for rollout in rollouts if rollout.split == "train"}
     for step, parts in trains.items():
         if step not in by_step:
             raise InputError(
                 f"train dump of step {step} has no rollout dump of the same step: "
-                f"missing {_expected_rollout_path(parts[0].path, step)}",
+                f"missing {expected_rollout_path(parts[0].path, step)}",
                 file=str(parts[0].path),
                 expected="the rollout dump of every train dump's step (train dumps hold no prompt keys)",
             )
@@ -541,10 +551,12 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         for rollout in rollouts
     ]
     label = "slime (prompt = group_index, trajectory = rollout_id, else index)"
-    return [with_trained_default(with_found(table, {label: _found(table)}), None, DEFAULT_WHY) for table in joined]
+    return [
+        with_trained_default(with_found(table, {label: found_counts(table)}), None, DEFAULT_WHY) for table in joined
+    ]
 
 
-def _found(table: pa.Table) -> dict[str, int]:
+def found_counts(table: pa.Table) -> dict[str, int]:
     """A step in slime's words: prompts, trajectories (fan-out siblings share ``rollout_id``), aborted samples,
     and, with a train dump, the samples it trained and those its schedule dropped."""
     keyed = table.filter(pc.is_valid(table.column(PROMPT)))
@@ -585,4 +597,5 @@ LOADER = Format(
     reward="reward, or reward[reward_key]",
     advantage="advantages (train dumps)",
     trained_with=((None, DEFAULT_WHY),),
+    step_of=step_of_dump,
 )
