@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
     from ._loaders.registry import FORMATS
     from ._loaders.run.load import detect_format, expand_paths, load
     from ._table import CANONICAL_COLUMNS, loaded_formats, make_table, validate_table
+    from ._watch.records import StepRecord
+    from ._watch.run import watch
 
 
 # Where each export lives, for the lazy lookup below; the architecture test keeps this, the TYPE_CHECKING block
@@ -64,6 +66,7 @@ _MODULE_OF = {
     "SCHEMA_VERSION": "._audit.report",
     "Scheme": "._audit.schemes",
     "SchemeError": "._errors",
+    "StepRecord": "._watch.records",
     "UsageError": "._errors",
     "audit": "._audit.api",
     "describe": "._audit.describe",
@@ -82,6 +85,7 @@ _MODULE_OF = {
     "run_gate": "._gate.evaluate",
     "split_schemes": "._audit.presets",
     "validate_table": "._table",
+    "watch": "._watch.run",
     "write_baseline": "._gate.baseline",
 }
 
@@ -103,6 +107,7 @@ __all__ = [
     "RollauditWarning",
     "Scheme",
     "SchemeError",
+    "StepRecord",
     "UsageError",
     "__version__",
     "audit",
@@ -122,6 +127,7 @@ __all__ = [
     "run_gate",
     "split_schemes",
     "validate_table",
+    "watch",
     "write_baseline",
 ]
 

@@ -20,6 +20,7 @@ LAYERS = (
     ("loaders", ("rollaudit._loaders",)),
     ("audit", ("rollaudit._audit",)),
     ("gate", ("rollaudit._gate",)),
+    ("watch", ("rollaudit._watch",)),
     ("render", ("rollaudit._render",)),
     ("api", ("rollaudit",)),
     ("cli", ("rollaudit._cli",)),

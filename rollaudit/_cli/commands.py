@@ -29,6 +29,7 @@ from .options import (
     GATE_RULES,
     LOAD,
     CompareFormat,
+    ConfigFile,
     Device,
     DeviceOption,
     GateRules,
@@ -261,15 +262,7 @@ def gate(
             show_default=False,
         ),
     ] = None,
-    config_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            metavar="FILE",
-            help="Read the rules from FILE instead of [tool.rollaudit.gate] of the nearest pyproject.toml.",
-            show_default=False,
-        ),
-    ] = None,
+    config_file: ConfigFile = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="One versioned JSON document on stdout instead of the table.")
     ] = False,

@@ -80,6 +80,15 @@ TrainedWith = Annotated[
     ),
 ]
 DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        help="Read the rules from FILE instead of [tool.rollaudit.gate] of the nearest pyproject.toml.",
+        show_default=False,
+    ),
+]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no status messages on stderr.")]
 
 

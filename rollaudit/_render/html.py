@@ -281,15 +281,20 @@ def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int 
     return f"<div class='rollaudit'>{''.join(sections)}{footer}</div>"
 
 
-def render_html(report: Report, load: Mapping[str, Any], top: int = 10) -> str:
-    """The whole page of ``rollaudit compare --html``."""
-    title = text(f"rollaudit: {source_line(load)}") if load.get("files") else "rollaudit report"
+def page(title: str, body: str) -> str:
+    """A whole self-contained page: ``title`` (plain text, escaped here) and ``body`` (HTML)."""
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{title}</title><style>{_STYLE}</style></head>"
-        f"<body>{report_body(report, load, top)}<script>{_SCRIPT}</script></body></html>\n"
+        f"<title>{text(title)}</title><style>{_STYLE}</style></head>"
+        f"<body>{body}<script>{_SCRIPT}</script></body></html>\n"
     )
+
+
+def render_html(report: Report, load: Mapping[str, Any], top: int = 10) -> str:
+    """The whole page of ``rollaudit compare --html``."""
+    title = f"rollaudit: {source_line(load)}" if load.get("files") else "rollaudit report"
+    return page(title, report_body(report, load, top))
 
 
 def notebook_html(report: Report) -> str:
@@ -297,4 +302,4 @@ def notebook_html(report: Report) -> str:
     return f"<style>{_STYLE}</style>{report_body(report, top=5)}<script>{_SCRIPT}</script>"
 
 
-__all__ = ["notebook_html", "render_html", "report_body", "table", "text"]
+__all__ = ["notebook_html", "page", "render_html", "report_body", "table", "text"]

@@ -1,0 +1,134 @@
+"""What ``watch`` says of each step: a record (the numbers ``compare`` gives for that step alone, and the gate's
+verdict), and the few numbers per step kept for the run's trend, so that memory stays flat in the number of steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._json import json_object
+
+if TYPE_CHECKING:
+    from .._audit.report import Report
+    from .._gate.evaluate import GateResult
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step's audit as it landed.
+
+    ``step``: the step (None when its files could not be read: ``error`` says why). ``files``: the dump files read
+    for it. ``report``: the audit, as ``rollaudit.audit`` returns it for the step alone. ``gate``: the rules'
+    verdict, when rules were given. ``replaces``: the step had a record already, which this one supersedes (a
+    later file of the step landed, as slime's train dumps land after its rollout dump, or a file was rewritten).
+    """
+
+    step: int | None
+    files: tuple[str, ...]
+    report: Report | None = None
+    gate: GateResult | None = None
+    error: str | None = None
+    replaces: bool = False
+
+    @property
+    def passed(self) -> bool | None:
+        """Whether every rule held; None without rules or without an audit."""
+        return None if self.gate is None else self.gate.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's JSON object (one line of ``--jsonl``): ``step``, ``files``, ``summary``, ``trained_with``,
+        ``not_auditable``, and ``gate`` with rules; ``replaces`` when it supersedes; ``error`` when unreadable."""
+        document: dict[str, Any] = {"step": self.step, "files": list(self.files)}
+        if self.report is not None:
+            document["samples"] = self.report.info.get("samples")
+            document["prompts"] = self.report.info.get("prompts")
+            document["reference"] = self.report.reference
+            document["summary"] = self.report.summary.to_dict(orient="index")
+            document["trained_with"] = self.report.trained_with.to_dict()
+            document["not_auditable"] = dict(self.report.not_auditable)
+        if self.gate is not None:
+            document["gate"] = self.gate.to_dict()
+        if self.error is not None:
+            document["error"] = self.error
+        if self.replaces:
+            document["replaces"] = True
+        return json_object(document)
+
+
+def _rate(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """A step's key numbers, from its record's JSON object: what the run's trend, summary and page are drawn from.
+
+    ``trained``: the row of the run's own advantages (the recorded ones, else the scheme it trained with), None
+    when unknown; ``flips``/``strict``/``inflation``: that row against the reference. ``worst``: the scheme that
+    flips the most signs and its rate. ``failed``: the rules that failed (empty when all held or none were given);
+    ``unmeasured``: how many rules the step's dump could not support (neither passed nor failed).
+    """
+
+    step: int | None
+    samples: int
+    prompts: int
+    trained: str | None
+    flips: float | None
+    strict: float | None
+    inflation: float | None
+    worst: str | None
+    worst_flips: float | None
+    passed: bool | None
+    failed: tuple[str, ...]
+    unmeasured: int
+    error: str | None
+    replaces: bool
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> StepPoint:
+        summary: Mapping[str, Mapping[str, Any]] = record.get("summary") or {}
+        trained_with: Mapping[str, Any] = record.get("trained_with") or {}
+        trained = trained_with.get("row")
+        row = summary.get(trained) if isinstance(trained, str) else None
+        reference = record.get("reference")
+        others = {
+            name: _rate(metrics.get("sign_flip_rate"))
+            for name, metrics in summary.items()
+            if name != reference and isinstance(metrics, Mapping)
+        }
+        rated = {name: rate for name, rate in others.items() if rate is not None}
+        worst = max(rated, key=rated.__getitem__) if rated else None
+        gate: Mapping[str, Any] = record.get("gate") or {}
+        rules: Sequence[Mapping[str, Any]] = gate.get("rules") or ()
+        return cls(
+            step=record.get("step"),
+            samples=int(record.get("samples") or 0),
+            prompts=int(record.get("prompts") or 0),
+            trained=trained if row is not None else None,
+            flips=_rate(row.get("sign_flip_rate")) if row is not None else None,
+            strict=_rate(row.get("strict_flip_rate")) if row is not None else None,
+            inflation=_rate(row.get("nonzero_inflation")) if row is not None else None,
+            worst=worst,
+            worst_flips=rated.get(worst) if worst is not None else None,
+            passed=gate.get("passed") if gate else None,
+            failed=tuple(str(rule.get("name")) for rule in rules if not rule.get("passed", True)),
+            unmeasured=sum(1 for rule in rules if rule.get("evaluated") is False),
+            error=record.get("error"),
+            replaces=bool(record.get("replaces")),
+        )
+
+
+def latest_points(points: Sequence[StepPoint]) -> list[StepPoint]:
+    """One point per step, the latest (a replacing record supersedes the earlier one), in step order; unreadable
+    steps last, in the order they came."""
+    latest: dict[int, StepPoint] = {}
+    unreadable: list[StepPoint] = []
+    for point in points:
+        if point.step is None:
+            unreadable.append(point)
+        else:
+            latest[point.step] = point
+    return [latest[step] for step in sorted(latest)] + unreadable

@@ -1,0 +1,286 @@
+"""``rollaudit.watch``: follow a run directory as the trainer writes it and audit each step once its dump is whole.
+
+Each look at the directory finds its dumps as ``compare`` would (the formats' own discovery), notes each file's
+signature, and takes a file as whole once its bytes end as its kind ends (:mod:`.files`): at once where that end
+is written last (zip, Parquet, Arrow), after holding still for ``settle`` seconds otherwise (JSON Lines, CSV).
+Files are gathered into steps by their format (``Format.step_of``); a step is read and audited once every file of
+it is whole, or, for formats whose steps grow file by file (``Format.step_grows``), once a later step has started
+or the run has gone idle. A step whose files change afterwards (slime's train dumps
+after its rollout dump, a file rewritten) is audited again and its new record says it replaces the earlier one.
+
+Between looks the process sleeps on file notifications (:mod:`.follow`). Only the per-step records leave this
+module: no table outlives its step, so memory is flat in the number of steps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .._errors import InputError, RollauditError, RollauditWarning
+from .._loaders.options import LoadOptions
+from .._loaders.registry import FORMATS
+from .._loaders.run.discover import natural_key
+from .._loaders.run.load import detect_format, expand_paths, load
+from .._table import STEP, loaded_formats
+from .files import WHOLE, WHOLE_IF_STILL, Signature, completeness, signature
+from .follow import Wakeups
+from .records import StepRecord
+
+SETTLE_SECONDS = 0.2
+"""How long a file must hold still (size, modification time) before it is read."""
+RESCAN_SECONDS = 5.0
+"""The longest sleep between two looks even with file notifications (writers on other machines notify nobody)."""
+POLL_SECONDS = 1.0
+"""The sleep between looks where there are no file notifications."""
+
+
+@dataclass
+class _File:
+    signature: Signature
+    since: float
+    whole: bool = False
+    format: str | None = None
+
+
+@dataclass
+class _Step:
+    """A step's files as last audited: what must change for it to be audited again."""
+
+    audited: dict[Path, Signature] = field(default_factory=dict)
+    steps: tuple[int, ...] = ()
+
+
+def _resolved(path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(path)
+
+
+class _Follower:
+    def __init__(
+        self,
+        root: Path,
+        options: LoadOptions,
+        audit_step: Any,
+        recorded: Sequence[Mapping[str, Any]],
+        settle: float,
+    ) -> None:
+        self.root = root
+        self.options = options
+        self.audit_step = audit_step
+        self.settle = settle
+        self.files: dict[Path, _File] = {}
+        self.steps: dict[str, _Step] = {}
+        self.format: str | None = options.format
+        self.recorded_files = {_resolved(name) for record in recorded for name in record.get("files") or ()}
+        self.recorded_steps = {record["step"] for record in recorded if isinstance(record.get("step"), int)}
+        self.warned: set[str] = set()
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warned:  # a run that stays broken says so once
+            self.warned.add(message)
+            warnings.warn(message, RollauditWarning, stacklevel=2)
+
+    def settling(self, now: float) -> bool:
+        """Whether a file changed less than ``settle`` seconds ago (it may be whole at the next look)."""
+        return any(not state.whole and now - state.since < self.settle for state in self.files.values())
+
+    def look(self, now: float) -> bool:
+        """Rescan the directory; True when a file appeared, changed or became whole."""
+        try:
+            found = expand_paths([self.root])
+        except InputError:
+            found = []  # nothing written yet, or nothing rollaudit reads yet: look again later
+        except RollauditError as error:
+            self._warn(f"{self.root}: {error.line()}")
+            found = []
+        changed = False
+        present = set()
+        for path in found:
+            present.add(path)
+            current = signature(path)
+            if current is None:
+                continue
+            known = self.files.get(path)
+            if known is None or known.signature != current:
+                known = self.files[path] = _File(current, now)
+                changed = True
+            if not known.whole:
+                state = completeness(path, current.size)
+                if state == WHOLE or (state == WHOLE_IF_STILL and now - known.since >= self.settle):
+                    known.whole = True
+                    changed = True
+                    known.format = self._format_of(path)
+        for gone in set(self.files) - present:
+            del self.files[gone]
+        return changed
+
+    def _format_of(self, path: Path) -> str | None:
+        if self.format is not None and self.options.format is not None:
+            return self.format
+        try:
+            return detect_format(path)
+        except RollauditError:
+            return None  # read on its own: the read says what is wrong with it, and the step is skipped
+
+    def _step_key(self, path: Path, format_name: str) -> str:
+        step_of = FORMATS[format_name].step_of
+        return step_of(path) if step_of is not None else str(path)
+
+    def pending(self, idle: bool) -> list[tuple[str, list[Path]]]:
+        """The steps ready to audit (whole, changed since last audited), in step order."""
+        by_step: dict[str, list[Path]] = {}
+        waiting: set[str] = set()
+        for path, state in self.files.items():
+            if not state.whole:
+                format_name = self.format or self.options.format
+                waiting.add(self._step_key(path, format_name) if format_name else str(path))
+                continue
+            if state.format is None:
+                by_step.setdefault(str(path), []).append(path)
+                continue
+            if self.format is None:
+                self.format = state.format
+            if state.format != self.format:
+                self._warn(
+                    f"{path}: a {state.format} dump in a {self.format} run; skipped (one framework's dumps at a time)"
+                )
+                continue
+            by_step.setdefault(self._step_key(path, state.format), []).append(path)
+        grows = self.format is not None and FORMATS[self.format].step_grows
+        ordered = sorted(set(by_step) | waiting, key=lambda key: natural_key(Path(key)))
+        ready = []
+        for place, key in enumerate(ordered):
+            if key in waiting or key not in by_step:
+                continue
+            if grows and place == len(ordered) - 1 and not idle:
+                continue  # the newest step of a growing format: its next file may still come
+            paths = sorted(by_step[key], key=natural_key)
+            audited = self.steps.get(key)
+            now = {path: self.files[path].signature for path in paths}
+            if audited is not None and audited.audited == now:
+                continue
+            if audited is None and all(_resolved(path) in self.recorded_files for path in paths):
+                self.steps[key] = _Step(now)  # recorded by an earlier watch of this run (resumed)
+                continue
+            ready.append((key, paths))
+        return ready
+
+    def audit(self, key: str, paths: list[Path]) -> Iterator[StepRecord]:
+        previous = self.steps.get(key)
+        signatures = {path: self.files[path].signature for path in paths}
+        names = tuple(str(path) for path in paths)
+        try:
+            table = load(paths, self.options)
+            formats = loaded_formats(table)
+            if self.format is not None and formats and formats != [self.format]:
+                raise InputError(f"is a {'+'.join(formats)} dump in a {self.format} run", file=names[0])
+        except RollauditError as error:
+            self._warn(f"{error.line()}; step skipped")
+            self.steps[key] = _Step(signatures)
+            yield StepRecord(step=None, files=names, error=error.line(), replaces=previous is not None)
+            return
+        import pyarrow.compute as pc
+
+        values = sorted(pc.unique(table.column(STEP)).to_pylist())
+        self.steps[key] = _Step(signatures, tuple(values))
+        for value in values:
+            part = table if len(values) == 1 else table.filter(pc.equal(table.column(STEP), value))
+            replaces = value in self.recorded_steps or (previous is not None and value in previous.steps)
+            self.recorded_steps.add(value)
+            yield replace(self.audit_step(part, names), step=value, replaces=replaces)
+
+
+def watch(
+    path: str | os.PathLike[str],
+    options: LoadOptions | None = None,
+    *,
+    schemes: Iterable[str] | None = None,
+    reference: str | None = None,
+    trained_with: str | None = None,
+    rules: Any = None,
+    device: str = "auto",
+    until_idle: float | None = None,
+    recorded: Sequence[Mapping[str, Any]] = (),
+    settle: float = SETTLE_SECONDS,
+) -> Iterator[StepRecord]:
+    """Follow the run directory ``path`` as a trainer writes it, yielding a :class:`StepRecord` per step as each
+    step's dump becomes whole: the audit ``rollaudit.audit`` gives for that step alone (its ``report``), and with
+    ``rules`` (a :class:`~rollaudit.GateConfig` with rules) the gate's verdict.
+
+    ``options``: how to load (:class:`~rollaudit.LoadOptions`); ``schemes``, ``reference``, ``trained_with``: as
+    for ``audit`` (default: those of ``rules``, else ``rollaudit.DEFAULT_SCHEMES`` against ``prompt``).
+    ``until_idle``: stop after that many seconds in which no dump appeared, changed or became whole (default:
+    follow forever; the caller stops by closing the generator). ``recorded``: the records (JSON objects) of an
+    earlier watch of this run: steps whose files they name are not audited again. A step that cannot be read
+    gives a record with ``error`` and a warning, and the watch goes on. A missing ``path``, or one that is not a
+    directory: InputError.
+
+    >>> import rollaudit
+    >>> records = rollaudit.watch("sample_dumps/verl_v1", until_idle=0)   # doctest: +SKIP
+    >>> [(record.step, record.report.info["samples"]) for record in records]  # doctest: +SKIP
+    [(3, 27)]
+    """
+    root = Path(path)
+    if not root.exists():
+        raise InputError("no such directory", file=str(root), expected="the run directory the trainer writes")
+    if not root.is_dir():
+        raise InputError("is not a directory", file=str(root), expected="the run directory the trainer writes")
+    audit_step = _auditor(schemes, reference, trained_with, rules, device)
+    follower = _Follower(root, options or LoadOptions(), audit_step, recorded, settle)
+    wakeups = Wakeups(root, timer=POLL_SECONDS)
+    last_change = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            if follower.look(now):
+                last_change = now
+            settling = follower.settling(now)
+            idle = until_idle is not None and now - last_change >= until_idle and not settling
+            for key, paths in follower.pending(idle):
+                yield from follower.audit(key, paths)
+            if idle and not follower.pending(True):
+                return
+            timeout = settle if settling else RESCAN_SECONDS
+            if until_idle is not None:
+                timeout = min(timeout, max(0.0, until_idle - (time.monotonic() - last_change)) + 0.01)
+            if wakeups.wait(timeout) and settle > 0:
+                # A burst of writes: let it finish before looking (each look after a write restarts the settling).
+                time.sleep(min(settle, 0.05))
+    finally:
+        wakeups.close()
+
+
+def _auditor(
+    schemes: Iterable[str] | None, reference: str | None, trained_with: str | None, rules: Any, device: str
+) -> Any:
+    """The function that audits one step's table: ``compare``'s audit, and the gate's when rules are given."""
+    from .._audit.api import DEFAULT_SCHEMES, audit
+    from .._gate.config import GateConfig, schemes_needed
+    from .._gate.evaluate import run_gate
+
+    config = rules if isinstance(rules, GateConfig) else GateConfig()
+    names = list(schemes) if schemes is not None else list(config.schemes or DEFAULT_SCHEMES)
+    reference_name = reference or config.reference_name
+    chosen = trained_with or config.trained_with
+    gated = config.has_rules
+    if gated:
+        # compare's schemes and those the rules measure, in one audit
+        config = replace(config, schemes=tuple(dict.fromkeys([*names, *schemes_needed(config)])))
+        if reference is not None:
+            config = replace(config, reference=reference)
+        if trained_with is not None:
+            config = replace(config, trained_with=trained_with)
+
+    def audit_step(table: Any, files: tuple[str, ...]) -> StepRecord:
+        if gated:
+            result = run_gate(table, config, device)
+            return StepRecord(step=None, files=files, report=result.report, gate=result)
+        report = audit(table, names, reference=reference_name, device=device, trained_with=chosen)
+        return StepRecord(step=None, files=files, report=report)
+
+    return audit_step

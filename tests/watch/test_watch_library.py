@@ -1,0 +1,192 @@
+"""The pieces of ``watch``: when a file being written is whole, how files become steps, and ``rollaudit.watch`` as a
+notebook uses it (each record equal to ``audit`` of that step alone)."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+import rollaudit
+from rollaudit._loaders.base import folder_step
+from rollaudit._loaders.formats.slime import step_of_dump
+from rollaudit._render.watch import render_watch_html, step_line, summary_lines
+from rollaudit._watch.files import PARTIAL, WHOLE, WHOLE_IF_STILL, completeness
+from rollaudit._watch.follow import Wakeups
+from rollaudit._watch.records import StepPoint, latest_points
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_dumps"
+
+
+def _state(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return completeness(path, len(data))
+
+
+def _parquet_bytes() -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"reward": [1.0, 0.0], "prompt": [0, 0]}), buffer)
+    return buffer.getvalue()
+
+
+def _zip_bytes(comment: bytes = b"") -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", b"x" * 5000)
+        archive.comment = comment
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("comment", [b"", b"PK\x05\x06 a comment that looks like an end record"])
+def test_a_zip_is_whole_only_with_its_end_record(tmp_path: Path, comment: bytes) -> None:
+    data = _zip_bytes(comment)
+    assert _state(tmp_path / "3.pt", data) == WHOLE
+    for cut in (len(data) // 3, len(data) - 30, len(data) - 1):
+        assert _state(tmp_path / "3.pt", data[:cut]) == PARTIAL, cut
+
+
+def test_parquet_and_arrow_are_whole_only_with_their_footer(tmp_path: Path) -> None:
+    data = _parquet_bytes()
+    assert _state(tmp_path / "t.parquet", data) == WHOLE
+    assert _state(tmp_path / "t.parquet", data[:-1]) == PARTIAL
+    assert _state(tmp_path / "t.parquet", data[: len(data) // 2]) == PARTIAL
+    buffer = io.BytesIO()
+    feather.write_feather(pa.table({"reward": [1.0]}), buffer)
+    arrow = buffer.getvalue()
+    assert _state(tmp_path / "t.arrow", arrow) == WHOLE
+    assert _state(tmp_path / "t.arrow", arrow[:-3]) == PARTIAL
+
+
+def test_text_files_are_whole_at_the_end_of_a_line_or_document(tmp_path: Path) -> None:
+    line = json.dumps({"reward": 1.0, "prompt": "p"}).encode()
+    assert _state(tmp_path / "1.jsonl", line + b"\n") == WHOLE_IF_STILL
+    assert _state(tmp_path / "1.jsonl", line + b"\n" + line[:5]) == PARTIAL
+    assert _state(tmp_path / "r.csv", b"reward,prompt\n1,0\n") == WHOLE_IF_STILL
+    assert _state(tmp_path / "r.csv", b"reward,prompt\n1,") == PARTIAL
+    assert _state(tmp_path / "episode.json", b'{"a": [1, 2]}  \n') == WHOLE_IF_STILL
+    assert _state(tmp_path / "episode.json", b'{"a": [1, ') == PARTIAL
+    assert _state(tmp_path / "empty.jsonl", b"") == PARTIAL
+    assert _state(tmp_path / "legacy.pt", b"\x80\x02anything") == WHOLE_IF_STILL  # no marker: holding still decides
+
+
+def test_steps_of_files() -> None:
+    assert step_of_dump(Path("run/rollout_data/12.pt")) == "12"
+    assert step_of_dump(Path("run/train_data/12_3.pt")) == "12"
+    assert step_of_dump(Path("run/rollout_data/rollout_12.pt")) == "run/rollout_data/rollout_12.pt"
+    assert folder_step(Path("trial/rollout/7/41.jsonl")) == "trial/rollout/7"
+
+
+def test_the_library_yields_each_step_as_audit_gives_it() -> None:
+    records = list(rollaudit.watch(SAMPLES / "verl" / "rollout_data", until_idle=0, settle=0))
+    assert [record.step for record in records] == [1, 2]
+    table = rollaudit.load(SAMPLES / "verl" / "rollout_data")
+    for record in records:
+        assert record.report is not None and record.gate is None and record.error is None
+        alone = rollaudit.load(record.files)
+        expected = rollaudit.audit(alone, trained_with=None)
+        assert record.to_dict()["summary"] == expected.to_dict()["summary"]
+        assert record.report.info["samples"] == table.filter(pa.compute.equal(table["step"], record.step)).num_rows
+
+
+def test_the_library_checks_the_run_directory(tmp_path: Path) -> None:
+    with pytest.raises(rollaudit.InputError, match="no such directory"):
+        next(rollaudit.watch(tmp_path / "missing", until_idle=0))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(rollaudit.InputError, match="is not a directory"):
+        next(rollaudit.watch(tmp_path / "file", until_idle=0))
+
+
+def test_gate_rules_in_each_record() -> None:
+    config = rollaudit.gate_config(max_rules=["batch:sign_flip_rate=1%"])
+    (record,) = rollaudit.watch(SAMPLES / "fanout", rules=config, until_idle=0, settle=0)
+    assert record.passed is False
+    assert record.to_dict()["gate"]["passed"] is False
+    point = StepPoint.of(record.to_dict())
+    assert point.failed == ("max batch:sign_flip_rate",)
+    assert step_line(point).endswith("FAIL max batch:sign_flip_rate")
+
+
+def test_one_multi_step_file_gives_a_record_per_step(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    pq.write_table(
+        pa.table({"reward": [1.0, 0.0, 1.0, 1.0, 0.0, 0.5], "prompt": [0, 0, 1, 1, 2, 2], "step": [5, 5, 5, 5, 6, 6]}),
+        run / "rollouts.parquet",
+    )
+    records = list(rollaudit.watch(run, until_idle=0, settle=0))
+    assert [(record.step, record.report.info["samples"]) for record in records] == [(5, 4), (6, 2)]
+
+
+def test_resumed_records_are_not_audited_again() -> None:
+    first = [record.to_dict() for record in rollaudit.watch(SAMPLES / "verl" / "rollout_data", until_idle=0)]
+    again = list(rollaudit.watch(SAMPLES / "verl" / "rollout_data", until_idle=0, recorded=first))
+    assert again == []
+    # A record of one file of the run: the other is audited.
+    only_one = list(rollaudit.watch(SAMPLES / "verl" / "rollout_data", until_idle=0, recorded=first[:1]))
+    assert [record.step for record in only_one] == [2]
+
+
+def test_trend_summary_and_page_from_points() -> None:
+    points = [
+        StepPoint(
+            step,
+            100,
+            10,
+            "recorded",
+            rate,
+            0.0,
+            1.0,
+            "batch",
+            0.5,
+            rate < 0.3,
+            () if rate < 0.3 else ("max trained:sign_flip_rate",),
+            0,
+            None,
+            False,
+        )
+        for step, rate in enumerate([0.0, 0.1, 0.5, 0.2])
+    ]
+    points.append(StepPoint(None, 0, 0, None, None, None, None, None, None, None, (), 0, "bad file", False))
+    replaced = StepPoint(1, 100, 10, "recorded", 0.05, 0.0, 1.0, "batch", 0.5, True, (), 0, None, True)
+    latest = latest_points([*points, replaced])
+    assert [point.step for point in latest] == [0, 1, 2, 3, None]
+    assert latest[1].flips == 0.05
+    lines = summary_lines([*points, replaced], "stopped")
+    assert lines[0] == "watch stopped: 4 steps audited, 1 could not be read, 1 failed a rule"
+    assert lines[1] == "sign flips against the reference, per step:"
+    assert lines[2].startswith("  the run's own: ") and "max 50.0% (recorded at the last step)" in lines[2]
+    assert lines[lines.index("worst steps:") + 1].startswith("  step 2 ")
+    page = render_watch_html([*points, replaced], "<run>", "running")
+    assert "&lt;run&gt;" in page and "<run>" not in page
+    assert page.count("<polyline") == 2
+
+
+def test_wakeups_notice_a_new_file(tmp_path: Path) -> None:
+    wakeups = Wakeups(tmp_path)
+    try:
+        if not wakeups.notifies:
+            pytest.skip("no file notifications on this system")
+        assert wakeups.wait(0.05) is False
+        (tmp_path / "step").mkdir()
+        assert wakeups.wait(2.0) is True
+        (tmp_path / "step" / "1.jsonl").write_text("{}\n")  # inside a directory that appeared after the start
+        assert wakeups.wait(2.0) is True
+    finally:
+        wakeups.close()
+
+
+def test_wakeups_walk_no_link_twice(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).symlink_to(tmp_path)
+    wakeups = Wakeups(tmp_path)
+    try:
+        assert len(wakeups._watched) <= 1
+    finally:
+        wakeups.close()
