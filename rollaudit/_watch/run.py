@@ -14,6 +14,7 @@ module: no table outlives its step, so memory is flat in the number of steps.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -25,7 +26,7 @@ from typing import Any
 from .._errors import InputError, RollauditError, RollauditWarning
 from .._loaders.options import LoadOptions
 from .._loaders.registry import FORMATS
-from .._loaders.run.discover import natural_key
+from .._loaders.run.discover import Run, find_runs, natural_key, run_files
 from .._loaders.run.load import detect_format, expand_paths, load
 from .._table import STEP, loaded_formats
 from .files import WHOLE, WHOLE_IF_STILL, Signature, completeness, signature
@@ -34,8 +35,11 @@ from .records import StepRecord
 
 SETTLE_SECONDS = 0.2
 """How long a file must hold still (size, modification time) before it is read."""
-RESCAN_SECONDS = 5.0
+RESCAN_SECONDS = 10.0
 """The longest sleep between two looks even with file notifications (writers on other machines notify nobody)."""
+REDISCOVER_SECONDS = 60.0
+"""How often the whole directory is searched again as ``compare`` searches it (between, the run's own format
+lists its files: a look costs a listing, not a search through every format)."""
 POLL_SECONDS = 1.0
 """The sleep between looks where there are no file notifications."""
 
@@ -79,6 +83,8 @@ class _Follower:
         self.recorded_files = {_resolved(name) for record in recorded for name in record.get("files") or ()}
         self.recorded_steps = {record["step"] for record in recorded if isinstance(record.get("step"), int)}
         self.warned: set[str] = set()
+        self.run: Run | None = None
+        self.discovered_at = -math.inf
 
     def _warn(self, message: str) -> None:
         if message not in self.warned:  # a run that stays broken says so once
@@ -89,15 +95,27 @@ class _Follower:
         """Whether a file changed less than ``settle`` seconds ago (it may be whole at the next look)."""
         return any(not state.whole and now - state.since < self.settle for state in self.files.values())
 
-    def look(self, now: float) -> bool:
-        """Rescan the directory; True when a file appeared, changed or became whole."""
+    def _discover(self, now: float) -> list[Path]:
+        """The run's dump files: listed again by its own format at its root (names only) once the run is known,
+        searched for as ``compare`` does at first and every ``REDISCOVER_SECONDS`` (a second run appearing)."""
+        if self.run is not None and now - self.discovered_at < REDISCOVER_SECONDS:
+            files = run_files(self.run)
+            if files:
+                return files
+        self.discovered_at = now
         try:
-            found = expand_paths([self.root])
+            runs = find_runs(self.root)
+            self.run = runs[0] if len(runs) == 1 else None
+            return sorted(runs[0].files, key=natural_key) if len(runs) == 1 else expand_paths([self.root])
         except InputError:
-            found = []  # nothing written yet, or nothing rollaudit reads yet: look again later
+            return []  # nothing written yet, or nothing rollaudit reads yet: look again later
         except RollauditError as error:
             self._warn(f"{self.root}: {error.line()}")
-            found = []
+            return []
+
+    def look(self, now: float) -> bool:
+        """Rescan the directory; True when a file appeared, changed or became whole."""
+        found = self._discover(now)
         changed = False
         present = set()
         for path in found:

@@ -135,6 +135,15 @@ def _claims(directory: Path) -> tuple[list[Run], bool]:
     return ([Run(directory, GENERIC, tuple(tables))] if tables else []), False
 
 
+def run_files(run: Run) -> list[Path]:
+    """The files of a run found before, listed again at its root by its format (names only, no other format
+    asked): what a follower of a growing run needs at each look. Empty when the format no longer finds it."""
+    entry = FORMATS[run.format]
+    listed = entry.expand_directory(run.root) or ()
+    keep = _is_table if run.format == GENERIC else (lambda path: not is_side_file(path))
+    return sorted((path for path in listed if keep(path)), key=natural_key)
+
+
 def _is_table(path: Path) -> bool:
     """A table file of a directory: not a side file, and a ``.json`` file only when it reads as a table (a
     pretty-printed config does not)."""
