@@ -82,6 +82,9 @@ class Format:
     files in a version directory, rllm's episodes in a step folder); such a step is complete once a later step
     has started, or the run has gone idle. Otherwise each whole file is audited as it lands, and a later file of
     the same step gives that step a new record."""
+    steps_appended: bool = False
+    """``rollaudit watch``: whether one file gains a step at a time (open-instruct appends every step to one
+    file): its newest step is audited once a later one is appended, or the run has gone idle."""
 
     def check_options(self, options: LoadOptions) -> None:
         """A UsageError naming the first reading option set in ``options`` that this format does not take."""

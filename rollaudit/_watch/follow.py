@@ -3,8 +3,8 @@
 The watcher never trusts notifications alone: a wake-up only says "look again", and the caller rescans the
 directory (cheaply: names and sizes). inotify watches every directory of the run (bounded in depth and count, no
 directory reached twice through links) and new ones as they appear; where inotify is missing, full (too many
-watches) or overflows, the wait is a plain timer. A slow rescan runs anyway (every 10 s), for filesystems whose writers are on
-other machines (NFS, Lustre), where no notification arrives.
+watches) or overflows, the wait is a plain timer. A slow rescan runs anyway (every 10 s), for filesystems whose
+writers are on other machines (NFS, Lustre), where no notification arrives.
 """
 
 from __future__ import annotations

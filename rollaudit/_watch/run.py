@@ -84,6 +84,8 @@ class _Follower:
         self.recorded_steps = {record["step"] for record in recorded if isinstance(record.get("step"), int)}
         self.warned: set[str] = set()
         self.run: Run | None = None
+        self.deferred: set[str] = set()
+        self.step_digests: dict[int, bytes] = {}
         self.discovered_at = -math.inf
 
     def _warn(self, message: str) -> None:
@@ -180,7 +182,7 @@ class _Follower:
             paths = sorted(by_step[key], key=natural_key)
             audited = self.steps.get(key)
             now = {path: self.files[path].signature for path in paths}
-            if audited is not None and audited.audited == now:
+            if audited is not None and audited.audited == now and not (idle and key in self.deferred):
                 continue
             if audited is None and all(_resolved(path) in self.recorded_files for path in paths):
                 self.steps[key] = _Step(now)  # recorded by an earlier watch of this run (resumed)
@@ -188,7 +190,10 @@ class _Follower:
             ready.append((key, paths))
         return ready
 
-    def audit(self, key: str, paths: list[Path]) -> Iterator[StepRecord]:
+    def audit(self, key: str, paths: list[Path], idle: bool) -> Iterator[StepRecord]:
+        """Read a step's files and audit each step they hold. Of a file holding several steps, only steps new or
+        changed since they were last audited get a record; of a file that gains a step at a time
+        (``Format.steps_appended``), the newest step waits for the next one, or for the run to go idle."""
         previous = self.steps.get(key)
         signatures = {path: self.files[path].signature for path in paths}
         names = tuple(str(path) for path in paths)
@@ -205,12 +210,34 @@ class _Follower:
         import pyarrow.compute as pc
 
         values = sorted(pc.unique(table.column(STEP)).to_pylist())
-        self.steps[key] = _Step(signatures, tuple(values))
+        self.deferred.discard(key)
+        if values and FORMATS[self.format or formats[0]].steps_appended and not idle:
+            self.deferred.add(key)  # its newest step may still be landing
+            values = values[:-1]
+        self.steps[key] = _Step(signatures, tuple(values) + (previous.steps if previous is not None else ()))
+        several = len(values) > 1 or key in self.deferred
         for value in values:
-            part = table if len(values) == 1 else table.filter(pc.equal(table.column(STEP), value))
+            part = table if len(values) == 1 and not several else table.filter(pc.equal(table.column(STEP), value))
+            if several:
+                digest, known = _digest(part), self.step_digests.get(value)
+                self.step_digests[value] = digest
+                if digest == known or (known is None and value in self.recorded_steps):
+                    continue  # unchanged since its record (made here, or by the watch this one resumes)
             replaces = value in self.recorded_steps or (previous is not None and value in previous.steps)
             self.recorded_steps.add(value)
             yield replace(self.audit_step(part, names), step=value, replaces=replaces)
+
+
+def _digest(table: Any) -> bytes:
+    """A fingerprint of a step's rows: equal digests, the same audit."""
+    import hashlib
+
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema.remove_metadata()) as writer:
+        writer.write_table(table)
+    return hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=16).digest()
 
 
 def watch(
@@ -260,7 +287,7 @@ def watch(
             settling = follower.settling(now)
             idle = until_idle is not None and now - last_change >= until_idle and not settling
             for key, paths in follower.pending(idle):
-                yield from follower.audit(key, paths)
+                yield from follower.audit(key, paths, idle)
             if idle and not follower.pending(True):
                 return
             timeout = settle if settling else RESCAN_SECONDS

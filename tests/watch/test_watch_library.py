@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -190,3 +191,31 @@ def test_wakeups_walk_no_link_twice(tmp_path: Path) -> None:
         assert len(wakeups._watched) <= 1
     finally:
         wakeups.close()
+
+
+def test_a_file_that_gains_a_step_at_a_time(tmp_path: Path) -> None:
+    """open-instruct appends every step to one file: each step gets one record, the newest once the next one is
+    appended (or the run goes idle), and steps already recorded are not recorded again when the file grows."""
+    source = SAMPLES / "open_instruct" / "rollouts"
+    run = tmp_path / "rollouts"
+    run.mkdir()
+    (run / "demo_metadata.jsonl").write_bytes((source / "demo_metadata.jsonl").read_bytes())
+    lines = (source / "demo_rollouts_000000.jsonl").read_bytes().splitlines(keepends=True)
+    steps = [json.loads(line)["step"] for line in lines]
+    target = run / "demo_rollouts_000000.jsonl"
+    target.write_bytes(b"".join(line for line, step in zip(lines, steps, strict=True) if step == 1))
+
+    def append_step_2() -> None:
+        with open(target, "ab") as handle:
+            handle.write(b"".join(line for line, step in zip(lines, steps, strict=True) if step == 2))
+
+    timer = threading.Timer(1.0, append_step_2)
+    timer.start()
+    try:
+        records = list(rollaudit.watch(run, until_idle=2.0, settle=0))
+    finally:
+        timer.join()
+    assert [(record.step, record.replaces) for record in records] == [(1, False), (2, False)]
+    whole = rollaudit.audit(rollaudit.load(source))
+    for record in records:
+        assert record.to_dict()["summary"] == whole.to_dict()["per_step"][str(record.step)]

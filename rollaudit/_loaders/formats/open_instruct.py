@@ -293,4 +293,5 @@ LOADER = Format(
     advantage="advantage",
     trained_with=(DEFAULT,),
     cannot_audit=CANNOT_AUDIT,
+    steps_appended=True,
 )
