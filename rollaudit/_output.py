@@ -10,7 +10,7 @@ What an output path points to decides how it is written (:func:`prepare_output`)
   are never replaced by a regular file.
 * anything else (a directory, a socket, a block device): refused.
 
-Temporary files are named ``.NAME.PID.XXXX.tmp``. They are removed when the write fails, when the process exits
+Temporary files are named ``.NAME.PID.XXXXXXXX.tmp``. They are removed when the write fails, when the process exits
 (Ctrl-C, and SIGTERM or SIGHUP once the command line's handlers turn them into exits), and, should a process be
 killed outright, by the next run that writes beside them: :func:`sweep_stale` removes the ones whose process is
 gone.
@@ -63,19 +63,29 @@ def discard_temporaries() -> None:
 atexit.register(discard_temporaries)
 
 
-def _pid_alive(pid: int) -> bool:
+_PID_MAX = 1 << 22
+"""Linux's largest possible PID (``PID_MAX_LIMIT``): a larger number in a name is no PID rollaudit wrote."""
+# What ``tempfile.mkstemp`` puts between the prefix and the suffix: 8 of these characters.
+_MKSTEMP_LETTERS = "a-z0-9_"
+_EUID = os.geteuid() if hasattr(os, "geteuid") else 0  # Windows has no owners to compare: st_uid is always 0
+
+
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process: alive
+    except (OSError, OverflowError):  # another user's process: alive; a number no PID can be: not ours to judge
         return True
     return True
 
 
 def sweep_stale(target: Path) -> list[Path]:
-    """Remove the ``.NAME.PID.*.tmp`` files beside ``target`` left by processes that no longer exist."""
-    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^/]+\.tmp$")
+    """Remove the ``.NAME.PID.XXXXXXXX.tmp`` files beside ``target`` left by processes that no longer exist.
+
+    Only what :func:`_reserve` could have written is touched: a regular file of this user, named with a PID that
+    can be one and mkstemp's 8 random characters. Any other name, however similar, is someone else's file."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.([1-9]\d{{0,6}})\.[{_MKSTEMP_LETTERS}]{{8}}\.tmp$")
     removed: list[Path] = []
     try:
         entries = list(os.scandir(target.parent if str(target.parent) else "."))
@@ -83,11 +93,16 @@ def sweep_stale(target: Path) -> list[Path]:
         return removed
     for entry in entries:
         match = pattern.match(entry.name)
-        if match and int(match.group(1)) != os.getpid() and not _pid_alive(int(match.group(1))):
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False):
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
+        if not match:
+            continue
+        pid = int(match.group(1))
+        if pid > _PID_MAX or pid == os.getpid() or pid_alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            status = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(status.st_mode) and status.st_uid == _EUID:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
     return removed
 
 

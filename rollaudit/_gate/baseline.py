@@ -12,7 +12,7 @@ from .._audit.metric_names import METRICS
 from .._audit.presets import get_scheme
 from .._audit.report import RECORDED_ROW
 from .._errors import SchemeError, UsageError
-from .._json import json_object
+from .._json import json_object, read_small_file
 from .._output import write_atomic
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def read_baseline(path: str | os.PathLike[str]) -> Baseline:
     """A baseline written by :func:`write_baseline`; a missing or corrupt file is a one-line UsageError."""
     where = str(path)
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(read_small_file(path).decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(
             "baseline file does not exist", file=where, expected="a file written by --write-baseline"

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from .._audit.presets import split_schemes
 from .._errors import SchemeError, UsageError, did_you_mean
+from .._json import read_small_file
 from .baseline import Baseline, read_baseline
 from .rules import (
     BaselineTolerance,
@@ -97,9 +98,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         except ModuleNotFoundError:
             raise UsageError("reading a TOML config needs Python 3.11 or the tomli package", file=str(path)) from None
     try:
-        with path.open("rb") as stream:
-            document: dict[str, Any] = tomllib.load(stream)
-            return document
+        document: dict[str, Any] = tomllib.loads(read_small_file(path).decode("utf-8"))
+        return document
     except FileNotFoundError:
         raise UsageError("config file does not exist", file=str(path)) from None
     except IsADirectoryError:

@@ -32,10 +32,40 @@ def _write_arrow(table: pa.Table, path: Path) -> None:
     feather.write_feather(table, path, compression="uncompressed")
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list)."""
+_FORMULA_START = "^[=+\\-@\t\r]"
+
+
+def _neutralised_text(values: pa.Array) -> pa.Array:
+    """Text cells that a spreadsheet would run as a formula, with a leading ``'`` (OWASP's advice: the cell is
+    then shown as the text it is); other cells, and every non-text column, as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(values.type):  # keys: each distinct text once
+        return pa.DictionaryArray.from_arrays(values.indices, _neutralised_text(values.dictionary))
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        return values
+    quoted = pc.binary_join_element_wise(pa.scalar("'", values.type), values, pa.scalar("", values.type))
+    return pc.if_else(pc.match_substring_regex(values, _FORMULA_START), quoted, values)
+
+
+def _csv_safe(table: pa.Table) -> pa.Table:
+    """The table with no header and no text cell that a spreadsheet would run (numbers stay numbers)."""
+    import pyarrow as pa
+
+    names = ["'" + name if name.startswith(FORMULA_STARTS) else name for name in table.column_names]
+    columns = [
+        pa.chunked_array([_neutralised_text(chunk) for chunk in column.chunks], column.type) for column in table.columns
+    ]
+    return pa.table(columns, names=names)
+
+
 def _write_csv(table: pa.Table, path: Path) -> None:
     import pyarrow.csv as csv
 
-    csv.write_csv(table, path)
+    csv.write_csv(_csv_safe(table), path)
 
 
 def _json_ready(value: Any) -> Any:

@@ -14,6 +14,7 @@ through: ``tag`` (the environment type, which ``roll-grpo-tags`` groups by), ``e
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,19 @@ def expand_directory(directory: Path) -> list[Path] | None:
     return files or None
 
 
+def key_text(value: str) -> str:
+    """A key parsed from JSON as UTF-8 text: a lone surrogate (a ``\\ud800`` escape in the JSON), which Arrow
+    cannot store, stays its escape, so that two such keys stay two (rllm's keys too)."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _float(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int past the doubles
+        return math.inf if value > 0 else -math.inf
+
+
 def _trajectory(text: Any, path: Path, row: int) -> dict:
     """One ``trajectory_data`` entry: its env_info keys and step rewards, checked."""
     try:
@@ -67,7 +81,9 @@ def _trajectory(text: Any, path: Path, row: int) -> dict:
     except (ValueError, RecursionError):
         raise InputError("is not a JSON object", file=str(path), field="trajectory_data", row=row) from None
     env = data.get("env_info") if isinstance(data, dict) else None
-    rewards = (data.get("reward_info") or {}).get("step_rewards") if isinstance(data, dict) else None
+    info = data.get("reward_info") if isinstance(data, dict) else None
+    info = info if isinstance(info, dict) else {}  # a number, list or string holds no step rewards either
+    rewards = info.get("step_rewards")
     if not isinstance(env, dict) or any(key not in env for key in _ENV_KEYS):
         raise InputError(
             "has no env_info with tag, group_id, episode_id, seed and env_id",
@@ -84,13 +100,13 @@ def _trajectory(text: Any, path: Path, row: int) -> dict:
             row=row,
             expected="one number per environment step",
         )
-    episode = (data.get("reward_info") or {}).get("episode_reward")
-    episode_reward = float(episode) if isinstance(episode, (int, float)) and not isinstance(episode, bool) else None
+    episode = info.get("episode_reward")
+    episode_reward = _float(episode) if isinstance(episode, (int, float)) and not isinstance(episode, bool) else None
     return {
-        "group": "_".join(str(env[key]) for key in ("tag", "group_id", "episode_id", "seed")),
-        "env_id": env["env_id"],
-        "tag": str(env["tag"]),
-        "rewards": [float(value) for value in rewards],
+        "group": key_text("_".join(str(env[key]) for key in ("tag", "group_id", "episode_id", "seed"))),
+        "env_id": key_text(str(env["env_id"])),
+        "tag": key_text(str(env["tag"])),
+        "rewards": [_float(value) for value in rewards],
         "episode_reward": episode_reward,
     }
 

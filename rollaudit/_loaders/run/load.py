@@ -10,6 +10,7 @@ never make one table.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,7 +34,7 @@ from ..._table import (
 )
 from ..options import Engine, LoadOptions, TokenReduce
 from ..registry import FORMATS
-from .discover import DUMP_HINT, directory_files, natural_key
+from .discover import DUMP_HINT, MAX_DEPTH, directory_files, natural_key
 from .engine import run_items
 
 ProgressCallback = Callable[[str, int], Any]
@@ -66,15 +67,89 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
 
 
 def _glob_files(pattern: str) -> list[Path]:
-    import glob
-
-    matches = sorted((Path(match) for match in glob.glob(pattern, recursive=True)), key=natural_key)
+    matches = sorted((Path(match) for match in bounded_glob(pattern)), key=natural_key)
     files: list[Path] = []
     for match in matches:
         files.extend(directory_files(match, detect_format) if match.is_dir() else [match])
     if not files:
         raise InputError("no file matches the pattern", file=pattern, expected="a glob that matches dump files")
     return files
+
+
+def bounded_glob(pattern: str) -> list[str]:
+    """``glob.glob(pattern, recursive=True)``'s matches, bounded as the directory search is: ``**`` enters each
+    directory once (by device and inode: links that loop, or several links to one folder, are followed once) and
+    at most ``MAX_DEPTH`` levels down. Hidden names match only a part that starts with a dot, as in glob."""
+    parts = pattern.split(os.sep)
+    # Matches are spelt as the pattern spells them (``./run/a.jsonl``), as glob's are: the pattern is split, not
+    # parsed into a Path.
+    prefixes = [os.sep if parts[0] == "" and len(parts) > 1 else ""]
+    parts = parts[1:] if prefixes[0] else parts
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            prefixes = _below(prefixes, with_files=last)
+        elif _GLOB_CHARACTERS.search(part):
+            prefixes = [
+                os.path.join(prefix, name)
+                for prefix in prefixes
+                for name, is_directory in _entries(prefix)
+                if (last or is_directory) and fnmatch.fnmatchcase(name, part) and _shown(name, part)
+            ]
+        else:
+            prefixes = [os.path.join(prefix, part) for prefix in prefixes]
+            prefixes = [path for path in prefixes if os.path.lexists(path) if last or os.path.isdir(path)]
+    return [prefix for prefix in prefixes if prefix]
+
+
+def _shown(name: str, part: str) -> bool:
+    return not name.startswith(".") or part.startswith(".")
+
+
+def _entries(folder: str) -> list[tuple[str, bool]]:
+    """A folder's names, sorted (which of two links to one directory is followed does not change from run to
+    run), each with whether it is a directory (through a link); none when it cannot be read."""
+    try:
+        with os.scandir(folder or ".") as scan:
+            return sorted((entry.name, _is_directory(entry)) for entry in scan)
+    except OSError:
+        return []
+
+
+def _is_directory(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _below(folders: list[str], *, with_files: bool) -> list[str]:
+    """What ``**`` matches under each folder: the folder itself and every directory below it that is not hidden
+    (and their files, when ``**`` ends the pattern), each directory once, at most ``MAX_DEPTH`` levels down."""
+    seen: set[tuple[int, int]] = set()
+    found: list[str] = []
+
+    def visit(folder: str, depth: int) -> None:
+        try:
+            status = os.stat(folder or ".")
+        except OSError:
+            return
+        if (status.st_dev, status.st_ino) in seen:
+            return
+        seen.add((status.st_dev, status.st_ino))
+        found.append(folder)
+        for name, is_directory in _entries(folder):
+            if name.startswith("."):
+                continue
+            path = os.path.join(folder, name)
+            if is_directory and depth < MAX_DEPTH:
+                visit(path, depth + 1)
+            elif with_files and not is_directory:
+                found.append(path)
+
+    for folder in folders:
+        visit(folder, 0)
+    return found
 
 
 def detect_format(path: Path) -> str:
