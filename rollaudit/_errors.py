@@ -10,13 +10,25 @@ import re
 from collections.abc import Iterable
 
 # Characters a terminal, a browser or a diff viewer would act on rather than show: C0 and C1 controls (ANSI and
-# OSC escapes start with one) and the bidirectional overrides that reorder what is displayed.
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# OSC escapes start with one), the bidirectional overrides that reorder what is displayed, and lone surrogates
+# (no encoding can write them: an output would fail on them).
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# A CI runner (GitHub Actions) runs a line of its log as a workflow command when the line's first non-blank
+# characters are ``::``, or when ``##[`` appears anywhere in it (the older form).
+_LEADING_COMMAND = re.compile(r"(?:^|(?<=\r))([^\S\r\n]*):(?=:)", re.MULTILINE)
+_OLD_COMMAND = "##["
 
 
 def visible(text: str) -> str:
     """``text`` with every control character shown as an escape (``\\x1b``, ``\\u202e``), never acted on."""
     return _INVISIBLE.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+def log_safe(text: str) -> str:
+    """``text`` (lines of a report, a warning, an error) with nothing a CI runner would run as a workflow command:
+    a line's leading ``::`` is shown as ``\\x3a:`` and ``##[`` as ``#\\x23[``. rollaudit's own annotations are
+    printed without it; every other line on stdout or stderr goes through it."""
+    return _LEADING_COMMAND.sub(r"\1\\x3a", text).replace(_OLD_COMMAND, "#\\x23[")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

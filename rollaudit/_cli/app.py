@@ -31,7 +31,7 @@ try:  # typer >= 0.2x carries its own copy of click; older ones use click itself
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
-from .._errors import RollauditError, RollauditWarning
+from .._errors import RollauditError, RollauditWarning, log_safe, visible
 
 
 def _one_line(text: object) -> str:
@@ -41,11 +41,13 @@ def _one_line(text: object) -> str:
 def _show_warning(
     message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
-    """A RollauditWarning is one line on stderr; other warnings keep Python's format."""
+    """A RollauditWarning is one line on stderr; other warnings keep Python's format. Either may name a file or
+    quote a dump: shown escaped, as every line rollaudit prints."""
     if issubclass(category, RollauditWarning):
-        typer.echo(f"warning: {_one_line(message)}", err=True)
+        typer.echo(log_safe(f"warning: {visible(_one_line(message))}"), err=True)
     else:
-        typer.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), err=True)
+        text = warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n")
+        typer.echo(log_safe("\n".join(visible(part) for part in text.split("\n"))), err=True)
 
 
 # click >= 8.2 raises this for a bare ``rollaudit``; older versions print the help themselves (never raised).
@@ -95,7 +97,8 @@ def _interrupted() -> int:
 
 def _error(line: str, code: int) -> int:
     """``error: <line>`` on stderr; a usage or input error also annotates a GitHub Actions run."""
-    typer.echo(f"error: {line}", err=True)
+    line = visible(line)  # a click message can quote an argument (a file name) as it was typed
+    typer.echo(log_safe(f"error: {line}"), err=True)
     if code == 2:
         from .._render.gate import emit_github_error
 
@@ -205,6 +208,16 @@ def _options(
     """Audit the advantages of RL-for-LLM rollout dumps: batch-wide vs per-prompt vs trajectory-level GRPO."""
 
 
+def _degrade_unencodable_output() -> None:
+    """A stdout that cannot encode every character (``PYTHONIOENCODING=cp1252``, a Windows console, a latin-1
+    pipe) shows ``?`` for what it cannot write instead of ending the command in a UnicodeEncodeError. stderr does
+    so already (Python writes it with ``backslashreplace``)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script ``rollaudit``."""
+    _degrade_unencodable_output()
     typer.main.get_command(app).main(args=argv, prog_name="rollaudit")

@@ -19,6 +19,7 @@ from .io import (
     audit_status,
     check_plot_directory,
     command_seconds,
+    echo_line,
     echo_status,
     load_inputs,
     print_report,
@@ -314,7 +315,7 @@ def gate(
             echo_status(f"wrote baseline {baseline_path.path}", quiet)
         else:
             baseline_path.discard()
-            typer.echo(f"warning: baseline {baseline_path.path} not written: the audit could not run", err=True)
+            echo_line(f"warning: baseline {baseline_path.path} not written: the audit could not run", err=True)
     if as_json:
         typer.echo(to_json(result), nl=False)
     elif result.results:  # a run that only writes a baseline has no rule to show

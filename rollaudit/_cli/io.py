@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .._errors import UsageError
+from .._errors import UsageError, log_safe, visible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,6 +26,8 @@ PROGRESS_MIN_FILES = 2
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 CI_LOG_WIDTH = 120
 """Columns of a table when stdout is no terminal and COLUMNS is unset (a CI log); rich would use 80."""
+MIN_REPORT_WIDTH = 60
+"""Fewer columns than this (``COLUMNS=1``) would fold every cell into a column of single characters."""
 
 
 _COMMAND_STARTED: list[float] = []
@@ -76,12 +78,13 @@ def progress(files: list[Path], sizes: list[int], quiet: bool, console: Console 
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(files[0].name, total=total, completed_files=0, total_files=len(files))
+        # A file name is text the run directory chooses: shown escaped, never acted on by the terminal.
+        task = bar.add_task(visible(files[0].name), total=total, completed_files=0, total_files=len(files))
         done = {"files": 0}
 
         def on_file(path: str, n_bytes: int) -> None:
             done["files"] += 1
-            bar.update(task, advance=n_bytes, description=Path(path).name, completed_files=done["files"])
+            bar.update(task, advance=n_bytes, description=visible(Path(path).name), completed_files=done["files"])
 
         yield on_file
 
@@ -138,9 +141,16 @@ def check_plot_directory(directory: Path) -> Path:
     return directory
 
 
+def echo_line(line: str, *, err: bool = False) -> None:
+    """One line of a command's own (a watched step, ``wrote report.md``) on stdout or stderr: the file names and
+    dump text in it shown escaped, nothing in it a terminal or a CI runner would act on."""
+    typer.echo(log_safe(visible(line)), err=err)
+
+
 def echo_status(message: str, quiet: bool) -> None:
+    """A status line on stderr unless ``quiet``."""
     if not quiet:
-        typer.echo(message, err=True)
+        echo_line(message, err=True)
 
 
 def write_text(text: str, output: Output | None, quiet: bool) -> None:
@@ -158,26 +168,34 @@ def log_width() -> int:
     import os
 
     columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else CI_LOG_WIDTH
+    return max(int(columns), MIN_REPORT_WIDTH) if columns.isdigit() and int(columns) > 0 else CI_LOG_WIDTH
 
 
 def terminal_text(renderable: Any, width: int | None = None) -> str:
-    """A rich renderable as plain text, ``width`` columns (default :func:`log_width`), no trailing spaces."""
+    """A rich renderable as plain text, ``width`` columns (default :func:`log_width`), no trailing spaces, no line
+    a CI runner would run (:func:`~rollaudit._errors.log_safe`: a folded prompt key can start a line)."""
     from rich.console import Console
 
     buffer = StringIO()
     Console(file=buffer, width=width or log_width(), color_system=None, highlight=False, force_terminal=False).print(
         renderable
     )
-    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+    return log_safe("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
 
 
 def print_report(renderable: Any) -> None:
-    """A rich renderable on stdout: styled to the terminal's width, or as plain text in a pipe or a log."""
+    """A rich renderable on stdout: styled to the terminal's width, or as plain text in a pipe or a log.
+
+    A terminal may be a CI log too (``FORCE_COLOR`` makes rich style its output): the styled text goes through
+    :func:`~rollaudit._errors.log_safe` as the plain text does."""
     from rich.console import Console
 
     console = Console(highlight=False)
     if console.is_terminal:
-        console.print(renderable)
+        console.width = max(console.width, MIN_REPORT_WIDTH)
+        with console.capture() as captured:
+            console.print(renderable)
+        console.file.write(log_safe(captured.get()))
+        console.file.flush()
     else:
         typer.echo(terminal_text(renderable), nl=False)

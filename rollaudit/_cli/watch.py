@@ -18,6 +18,7 @@ import typer
 from .._errors import GateFailed, UsageError
 from .._loaders.options import LoadOptions
 from .app import Terminated, app
+from .io import echo_line
 from .options import GATE_RULES, LOAD, ConfigFile, Device, DeviceOption, GateRules, scheme_strings
 
 DEFAULT_LOAD = LoadOptions()
@@ -57,7 +58,7 @@ class _RecordFile:
             except ValueError:
                 record = None
             if not isinstance(record, dict) or not isinstance(record.get("files"), list):
-                typer.echo(f"warning: {self.path}: line {number} is not a watch record; ignored", err=True)
+                echo_line(f"warning: {self.path}: line {number} is not a watch record; ignored", err=True)
                 continue
             records.append(record)
         if data and not data.endswith(b"\n"):
@@ -160,7 +161,7 @@ def watch(
             points.append(point)
             if records is not None:
                 records.append(document)
-            typer.echo(step_line(point, record.files))
+            echo_line(step_line(point, record.files))
             if html_file is not None:
                 write_atomic(html_file, render_watch_html(points, run, "running"))
             if fail_fast and record.gate is not None and not record.gate.passed:
@@ -175,5 +176,5 @@ def watch(
     if html_file is not None:
         write_atomic(html_file, render_watch_html(points, run, how))
     for line in summary_lines(points, how):
-        typer.echo(line)
+        echo_line(line)
     return 1 if any(point.passed is False for point in latest_points(points)) else 0

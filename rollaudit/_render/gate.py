@@ -4,8 +4,11 @@ Every function but :func:`emit_github` is pure (a result in, text out); the
 CLI decides where the text goes. Messages can carry text from a dump (prompt
 keys are strings a hostile file chooses), so every format escapes by its own
 rules: XML by ElementTree plus removal of characters XML 1.0 cannot hold,
-workflow commands by GitHub's percent-encoding, Markdown cells by escaping
-``|`` and HTML.
+workflow commands by GitHub's percent-encoding, Markdown by
+:func:`~rollaudit._render.markdown.markdown_cell`. Every output but JSON
+shows a rule's name and message cut to :data:`QUOTED_WIDTH` characters
+(:func:`quoted`): a message can quote a prompt key, and a key can be a whole
+prompt.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
+from .._errors import visible
 from .._gate.evaluate import RuleResult
 from .._gate.rules import format_value
 from .markdown import markdown_cell
@@ -31,6 +35,11 @@ JUNIT_SUITE = "rollaudit gate"
 MAX_ANNOTATIONS = 10
 """GitHub shows at most 10 error annotations per step; the rest would vanish silently."""
 
+QUOTED_WIDTH = 500
+"""Characters of a rule's name, limit or message shown by the table, the annotations, the step summary and JUnit
+(the JSON document keeps them whole): a megabyte of prompt key must not make a megabyte of log or summary
+(GitHub drops a step summary over 1 MiB)."""
+
 # Characters XML 1.0 forbids even escaped (C0 controls but tab, newline, carriage return; surrogates; U+FFFE/F).
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -38,6 +47,12 @@ _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 def _metric_of(result: RuleResult) -> str | None:
     """The metric a bound or baseline rule is about (for showing a rate as a percentage)."""
     return result.name.rsplit(":", 1)[1] if result.kind in ("bound", "baseline") and ":" in result.name else None
+
+
+def quoted(text: str) -> str:
+    """A rule's name, limit or message as an output for people quotes it: at most :data:`QUOTED_WIDTH` characters
+    (each format then escapes it by its own rules)."""
+    return text if len(text) <= QUOTED_WIDTH else text[: QUOTED_WIDTH - 1] + "…"
 
 
 def measured_text(result: RuleResult) -> str:
@@ -70,7 +85,8 @@ def terminal(result: GateResult) -> Table:
         else:
             verdict = Text("PASS", style="bold green") if rule.passed else Text("FAIL", style="bold red")
         # Text(), not markup: a message may hold '[...]' from a dump, which rich would read as markup.
-        table.add_row(Text(rule.name), Text(measured_text(rule)), Text(rule.limit_text), verdict, Text(rule.message))
+        cells = (quoted(rule.name), measured_text(rule), quoted(rule.limit_text))
+        table.add_row(*(Text(visible(cell)) for cell in cells), verdict, Text(visible(quoted(rule.message))))
     return table
 
 
@@ -84,7 +100,7 @@ def _xml_text(text: str) -> str:
 
 
 def _failure_line(rule: RuleResult) -> str:
-    return f"measured {measured_text(rule)}, limit {rule.limit_text}: {rule.message}"
+    return f"measured {measured_text(rule)}, limit {quoted(rule.limit_text)}: {quoted(rule.message)}"
 
 
 def junit_xml(result: GateResult) -> str:
@@ -106,12 +122,12 @@ def junit_xml(result: GateResult) -> str:
     ElementTree.SubElement(properties, "property", name="samples", value=str(result.samples))
     for rule in result.results:
         case = ElementTree.SubElement(
-            suite, "testcase", classname=f"rollaudit.gate.{rule.kind or 'rule'}", name=_xml_text(rule.name)
+            suite, "testcase", classname=f"rollaudit.gate.{rule.kind or 'rule'}", name=_xml_text(quoted(rule.name))
         )
         if not rule.evaluated:
-            ElementTree.SubElement(case, "skipped", message=_xml_text(rule.message))
+            ElementTree.SubElement(case, "skipped", message=_xml_text(quoted(rule.message)))
         elif rule.passed:
-            ElementTree.SubElement(case, "system-out").text = _xml_text(rule.message)
+            ElementTree.SubElement(case, "system-out").text = _xml_text(quoted(rule.message))
         else:
             failure = ElementTree.SubElement(case, "failure", message=_xml_text(_failure_line(rule)), type="GateFailed")
             failure.text = _xml_text(_failure_line(rule))
@@ -134,7 +150,7 @@ def github_annotations(result: GateResult, max_annotations: int = MAX_ANNOTATION
     ``::notice::`` saying how many more failed."""
     failures = result.failures
     lines = [
-        f"::error title={escape_property(f'rollaudit gate: {rule.name}')}::{escape_data(_failure_line(rule))}"
+        f"::error title={escape_property(f'rollaudit gate: {quoted(rule.name)}')}::{escape_data(_failure_line(rule))}"
         for rule in failures[:max_annotations]
     ]
     hidden = len(failures) - len(lines)
@@ -158,14 +174,20 @@ def step_summary_markdown(result: GateResult) -> str:
     ]
     for rule in result.results:
         verdict = "➖ not evaluated" if not rule.evaluated else "✅ pass" if rule.passed else "❌ **FAIL**"
-        cells = (markdown_cell(text) for text in (rule.name, measured_text(rule), rule.limit_text))
+        cells = (markdown_cell(quoted(text)) for text in (rule.name, measured_text(rule), rule.limit_text))
         lines.append("| " + " | ".join(cells) + f" | {verdict} |")
     if result.failures:
         lines += ["", "### Failures", ""]
-        lines += [f"- **{markdown_cell(rule.name)}**: {markdown_cell(rule.message)}" for rule in result.failures]
+        lines += [
+            f"- **{markdown_cell(quoted(rule.name))}**: {markdown_cell(quoted(rule.message))}"
+            for rule in result.failures
+        ]
     if result.not_evaluated:
         lines += ["", "### Not evaluated", ""]
-        lines += [f"- **{markdown_cell(rule.name)}**: {markdown_cell(rule.message)}" for rule in result.not_evaluated]
+        lines += [
+            f"- **{markdown_cell(quoted(rule.name))}**: {markdown_cell(quoted(rule.message))}"
+            for rule in result.not_evaluated
+        ]
     return "\n".join(lines) + "\n"
 
 

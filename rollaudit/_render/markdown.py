@@ -1,18 +1,21 @@
 """The Markdown renderer: ``rollaudit compare --markdown``, which reads well pasted into a pull request.
 
-Every table cell goes through :func:`markdown_cell`, the one escaper of the
-project's Markdown (the gate's step summary uses it too): pipes escaped,
-newlines folded, and HTML made inert, since GitHub renders HTML in Markdown
-and a prompt key is text a dump chooses.
+Text from a dump (a prompt key, a field name, a file name) goes through
+:func:`markdown_text`, the one escaper of the project's Markdown (table cells
+through :func:`markdown_cell`, which adds ``|``; the gate's step summary uses
+both): it shows as the literal text it is. GitHub renders HTML, images, links,
+``@user`` mentions and ``#1`` references in Markdown, and a prompt key is text
+a dump chooses.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import visible
+from .._errors import log_safe, visible
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
@@ -42,26 +45,49 @@ if TYPE_CHECKING:
     from .._audit.report import Report
 
 
-class Code(str):
-    """Markdown already safe as HTML: an inline code span (GitHub never renders HTML inside one)."""
+class Markdown(str):
+    """Markdown the renderer wrote (``**bold**``, a code span): a table cell keeps its characters."""
+
+
+class Code(Markdown):
+    """An inline code span: GitHub renders nothing inside one (no HTML, link or mention)."""
+
+
+# Characters that start Markdown syntax anywhere in a line: escapes, code, emphasis, strikethrough, links and
+# images, table cells, math. An underscore inside a word (``sign_flip_rate``) starts nothing and stays as it is.
+_INLINE_SYNTAX = re.compile(r"[\\`*~\[\]|$]|(?<![^\W_])_+|_+(?![^\W_])")
+# Syntax at the start of a block (a list item's text): a heading, a list, a rule.
+_BLOCK_START = re.compile(r"^(?:#|[-+](?=\s|[-+]|$)|(\d{1,9})(?=[.)](?:\s|$)))")
+# What GitHub links after parsing, escaped or not: ``@user`` (a mention that notifies), ``#12`` (a reference),
+# ``https://`` and ``www.`` (autolinks). An empty HTML comment inside each breaks the word and shows nothing.
+_LINKED_WORDS = re.compile(r"(?<=@)|(?<=#)(?=\d)|(?<=:)(?=//)|(?<=\bwww)(?=\.)", re.IGNORECASE)
+_BREAK = "<!-- -->"
 
 
 def markdown_text(text: Any) -> str:
-    """Plain text for Markdown: one line, HTML made inert."""
-    return html.escape(visible(" ".join(str(text).split())), quote=False)
+    """Text for Markdown that renders as exactly itself: one line, control characters shown as escapes, HTML made
+    inert, Markdown syntax escaped, mentions, references and autolinks broken by an (invisible) empty comment."""
+    folded = visible(" ".join(str(text).split()))
+    escaped = _INLINE_SYNTAX.sub(lambda match: "".join("\\" + char for char in match.group()), folded)
+    escaped = _BLOCK_START.sub(lambda match: match.group() + "\\" if match.group(1) else "\\" + match.group(), escaped)
+    return _LINKED_WORDS.sub(_BREAK, html.escape(escaped, quote=False))
 
 
 def markdown_cell(text: Any) -> str:
-    """A table cell: one line, ``|`` escaped, HTML made inert (a :class:`Code` span keeps its characters)."""
-    folded = visible(" ".join(str(text).split()))
-    return (folded if isinstance(text, Code) else html.escape(folded, quote=False)).replace("|", "\\|")
+    """A table cell: :func:`markdown_text` and ``|`` escaped (:class:`Markdown` keeps its characters)."""
+    if isinstance(text, Markdown):
+        return visible(" ".join(text.split())).replace("|", "\\|")
+    return markdown_text(text)
 
 
 def code(text: Any) -> Code:
-    """Inline code that survives backticks in the text."""
+    """Inline code that survives backticks in the text: its fence is longer than any run of them inside."""
     text = " ".join(str(text).split())
-    fence = "``" if "`" in text else "`"
-    return Code(f"{fence} {text} {fence}" if fence == "``" else f"`{text}`")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    if not longest:
+        return Code(f"`{text}`")
+    fence = "`" * (longest + 1)
+    return Code(f"{fence} {text} {fence}")
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: Sequence[str] | None = None) -> str:
@@ -102,7 +128,7 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         label = Code(code(scheme) + (" (reference)" if scheme == report.reference else ""))
         cells = [formatter(row[metric]) for _, metric, formatter in columns]
         if scheme != report.reference and not undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0:
-            cells[0] = f"**{cells[0]}**"
+            cells[0] = Markdown(f"**{markdown_text(cells[0])}**")
         rows.append([label, *cells])
     lines.append(markdown_table(["scheme", *(one_line_header(header) for header, _, _ in columns)], rows))
     lines.append("")
@@ -141,4 +167,6 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         "against the reference's; spurious: samples the reference gives 0 that got an advantage; lost: the "
         "reverse; cosine: length-weighted direction agreement (1 = same).</sub>"
     )
-    return "\n".join(lines) + "\n"
+    # Dump text is escaped as Markdown above; this keeps a line of it from reading as a workflow command when
+    # the report is printed in a CI log.
+    return log_safe("\n".join(lines) + "\n")

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._audit.report import RECORDED_ROW
-from .._errors import visible
+from .._errors import log_safe, visible
 from .text import (
     HISTOGRAM_TITLES,
     KEY_WIDTH,
@@ -108,7 +108,10 @@ class FittedTable:
                 table.add_column(self.header[position], justify="right", no_wrap=True)
         for index, row in enumerate(self.rows):
             style = self.row_styles[index] if index < len(self.row_styles) else None
-            table.add_row(*(row[position] for position in keep), style=style)
+            # Text(), not markup: a cell may hold a prompt key, and '[link=...]' from a dump must stay text.
+            table.add_row(
+                *(Text(cell) if isinstance(cell, str) else cell for cell in map(row.__getitem__, keep)), style=style
+            )
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -347,7 +350,7 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
     fields.add_column("", no_wrap=True, style="dim")
     for column in description["fields"]:
         fields.add_row(
-            visible(column["name"]),
+            log_safe(visible(column["name"])),  # the first cell of a line: escaped before the layout
             column["type"],
             _share(column["non_null"], samples),
             "canonical" if column["canonical"] else "passed through",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._audit.report import RECORDED_ROW
-from .._errors import visible
+from .._errors import log_safe, visible
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -101,8 +101,9 @@ def plural(number_of: int, word: str, many: str | None = None) -> str:
 
 
 def key_text(value: Any, width: int = KEY_WIDTH) -> str:
-    """A prompt key, shortened to ``width`` characters (string keys can be whole prompts)."""
-    text = "∅" if value is None else visible(" ".join(str(value).split()))
+    """A prompt key, shortened to ``width`` characters (string keys can be whole prompts), escaped as every line
+    rollaudit prints is (it may start a table row)."""
+    text = "∅" if value is None else log_safe(visible(" ".join(str(value).split())))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
