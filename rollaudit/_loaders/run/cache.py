@@ -6,6 +6,12 @@ reads (rollaudit's version and the source of every module of the loading stage, 
 changed file is read again, an edited loader never serves a stale entry. Entries are written atomically; an
 unreadable entry is a miss and is rewritten. Warnings a file raised are stored with its entry and raised again on
 every load, so a cached load says what a fresh one says.
+
+An entry is as untrusted as a dump (a cache may be shared, or restored by CI): it is read through the same
+memory-capped reader as Parquet dumps, and any entry that is not what this user's rollaudit wrote is a miss. The
+cache follows no link it did not create (entries are opened without following links, written through a temporary
+of its own and renamed only over a regular file or nothing), and a cache directory other users can write is
+refused, with one warning, unless it is sticky (as ``/tmp``): then only the user's own entries count.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
+import tempfile
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,38 +44,81 @@ _PACKAGE = _LOADERS.parent
 _SHARED_MODULES = ("_table.py", "_errors.py")
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/rollaudit``, else ``~/.cache/rollaudit``."""
+def default_cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/rollaudit``, else ``~/.cache/rollaudit``; None without a home directory (HOME unset and no
+    passwd entry, as in a container run with an arbitrary user id; or a HOME that is no absolute path, which would
+    put the cache wherever the command runs)."""
     base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base and os.path.isabs(base) else Path.home() / ".cache") / "rollaudit"
+    if base and os.path.isabs(base):
+        return Path(base) / "rollaudit"
+    # HOME, else the passwd entry ("~" itself when there is none); an empty HOME, which Python reads as "/", is none.
+    home = os.environ.get("HOME")
+    if home is None:
+        home = os.path.expanduser("~")
+    return Path(home) / ".cache" / "rollaudit" if os.path.isabs(home) else None
 
 
 def cache_directory(cache: str | os.PathLike[str] | bool | None) -> Path | None:
     """The directory of ``LoadOptions.cache``, created when missing: None/False none, True the default (without it
-    the load goes on, with one warning), a path that directory (an error when it cannot be used)."""
+    the load goes on, with one warning), a path that directory (an error when it cannot be used). A directory other
+    users can write is no cache either way (one warning)."""
     if cache is None or cache is False:
         return None
     if cache is True:
         directory = default_cache_dir()
         try:
+            if directory is None:
+                raise UsageError(
+                    "no home directory to keep it in", expected="XDG_CACHE_HOME or HOME set, or --cache DIR"
+                )
             _check_cache_dir(directory)
         except UsageError as error:
             # The default cache is a convenience: without it the audit still runs, only slower.
             warnings.warn(f"no cache: {error.line()}", RollauditWarning, stacklevel=4)
             return None
-        return directory
-    directory = Path(cache)
-    _check_cache_dir(directory)
+    else:
+        directory = Path(cache)
+        _check_cache_dir(directory)
+    if _open_to_others(directory.stat().st_mode):
+        refusal = UsageError(
+            "writable by other users, who could plant entries and links in it",
+            file=str(directory),
+            expected="a directory only you can write (chmod go-w), or a sticky one (chmod +t)",
+        )
+        warnings.warn(f"no cache: {refusal.line()}", RollauditWarning, stacklevel=4)
+        return None
     return directory
 
 
 def _check_cache_dir(directory: Path) -> None:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"cannot create the cache directory ({error.strerror})", file=str(directory)) from None
     if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError("the cache directory is not writable", file=str(directory), expected="a writable directory")
+
+
+def _open_to_others(mode: int) -> bool:
+    """Writable by its group or by anyone, and not sticky: others can replace or link what is in it."""
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH)) and not mode & stat.S_ISVTX
+
+
+def _own(status: os.stat_result) -> bool:
+    return not hasattr(os, "geteuid") or status.st_uid == os.geteuid()
+
+
+def _trusted_directory(path: Path, *, create: bool) -> bool:
+    """Whether ``path`` (made now when ``create``, only this user can write it) is a directory, not a link to one,
+    of this user's own that only this user can write, or sticky."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(status.st_mode) and _own(status) and not _open_to_others(status.st_mode)
 
 
 def fingerprint_sources() -> list[Path]:
@@ -111,14 +162,35 @@ def _category_name(category: type[Warning]) -> str:
     return name if name in _CATEGORIES else _category_name(RollauditWarning)
 
 
-def _checked_entry(stored: Any, source: dict[str, Any]) -> tuple[str, list[tuple[type[Warning], str]]] | None:
-    """An entry's format and warnings when its stored record has the shape :meth:`Cache.put` writes and names
-    ``source``; None (a miss) for anything else."""
+def _shape(table: pa.Table) -> str:
+    """What a read table says beyond its values: its columns' names and types, and its format's own metadata
+    (slime's step and kind, verl's shared inputs). Stored with an entry, it makes an entry changed since it was
+    written a miss rather than a table its format cannot combine."""
+    import pyarrow as pa
+
+    # The capped reader decodes dictionary columns: the value type is what an entry holds, either way.
+    columns = [
+        [field.name, str(field.type.value_type if pa.types.is_dictionary(field.type) else field.type)]
+        for field in table.schema
+    ]
+    metadata = sorted(
+        [key.hex(), value.hex()] for key, value in (table.schema.metadata or {}).items() if key != _CACHE_METADATA_KEY
+    )
+    return hashlib.sha256(json.dumps([columns, metadata]).encode()).hexdigest()
+
+
+def _checked_entry(
+    stored: Any, source: dict[str, Any], table: pa.Table
+) -> tuple[str, list[tuple[type[Warning], str]]] | None:
+    """An entry's format and warnings when its stored record has the shape :meth:`Cache.put` writes, names
+    ``source`` and describes ``table``; None (a miss) for anything else."""
     from ..registry import FORMATS
 
-    if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned"}:
+    if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned", "shape"}:
         return None
     if stored["source"] != source or stored["format"] not in FORMATS or not isinstance(stored["warned"], list):
+        return None
+    if stored["shape"] != _shape(table):
         return None
     warned = stored["warned"]
     if not all(
@@ -158,29 +230,35 @@ class Cache:
 
     def get(self, item: WorkItem) -> CacheEntry | None:
         """The entry of ``item``, or None when there is none or it cannot be read (a miss; rewritten later)."""
-        import pyarrow.parquet as pq
-
         location = self.path(item)
-        if not location.is_file():
+        if not (_trusted_directory(self.directory, create=False) and _trusted_directory(location.parent, create=False)):
+            return None
+        if not _NO_FOLLOW and location.is_symlink():
             return None
         try:
-            with pq.ParquetFile(location) as parquet:  # one file, never a dataset (no partitions from its path)
-                table = parquet.read()
+            # Never through a link, and without waiting on a FIFO: what is opened is checked, then read.
+            descriptor = os.open(location, os.O_RDONLY | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return None
+        try:
+            status = os.fstat(descriptor)
+            if not stat.S_ISREG(status.st_mode) or not _own(status):
+                return None  # a device, a FIFO, or another user's entry in a shared sticky directory
+            table = _read_entry(location, descriptor)
             metadata = dict(table.schema.metadata or {})
-            checked = _checked_entry(json.loads(metadata.pop(_CACHE_METADATA_KEY)), self._source(item))
+            checked = _checked_entry(json.loads(metadata.pop(_CACHE_METADATA_KEY)), self._source(item), table)
             if checked is None:
                 return None
             return CacheEntry(format=checked[0], table=table.replace_schema_metadata(metadata), warned=checked[1])
         except Exception:  # any damage to an entry is a miss, never an error
             return None
+        finally:
+            os.close(descriptor)
 
     def put(self, item: WorkItem, format_name: str, table: pa.Table, warned: list[tuple[type[Warning], str]]) -> None:
         """Store a read table; a file that changed while it was read, or an entry that cannot be written, is not
         cached (the load itself goes on)."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from ..._output import write_atomic
 
         if self._unwritable:
             return
@@ -199,13 +277,20 @@ class Cache:
             "source": self._source(item),
             "format": format_name,
             "warned": [[_category_name(category), message] for category, message in warned],
+            "shape": _shape(table),
         }
         metadata = dict(table.schema.metadata or {})
         metadata[_CACHE_METADATA_KEY] = json.dumps(stored).encode()
         location = self.path(item)
         try:
-            location.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(location, lambda temporary: pq.write_table(table.replace_schema_metadata(metadata), temporary))
+            for directory in (self.directory, location.parent):
+                if not _trusted_directory(directory, create=True):
+                    raise UsageError(
+                        "is a link, another user's, or writable by other users",
+                        file=str(directory),
+                        expected="a directory of yours only you can write",
+                    )
+            _write_entry(location, table.replace_schema_metadata(metadata))
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return  # a column type Parquet cannot hold: this file is simply not cached; the disk is fine
         except (OSError, RollauditError, pa.ArrowException) as error:
@@ -216,3 +301,42 @@ class Cache:
                 RollauditWarning,
                 stacklevel=4,
             )
+
+
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _read_entry(location: Path, descriptor: int) -> pa.Table:
+    """The table of the entry open as ``descriptor``, read by the memory-capped reader that reads Parquet dumps (a
+    few kilobytes of Parquet can decode to gigabytes). Read through the descriptor where the system names it as a
+    path: the file checked is the file read, whatever has become of ``location`` since."""
+    from ..arrow import capped
+
+    opened = Path(f"/proc/{os.getpid()}/fd/{descriptor}")
+    source = opened if opened.exists() else location
+    schema = capped.arrow_schema(source, "parquet")
+    return capped.read_arrow(source, "parquet", schema.names)
+
+
+def _write_entry(location: Path, table: pa.Table) -> None:
+    """Write ``table`` whole to ``location``: into a new temporary file of its own beside it, renamed only over a
+    regular file or nothing (a link, a FIFO or a device planted there is neither followed nor replaced)."""
+    import pyarrow.parquet as pq
+
+    from ..._output import sweep_stale
+
+    try:
+        if not stat.S_ISREG(os.lstat(location).st_mode):
+            return
+    except FileNotFoundError:
+        pass
+    sweep_stale(location)  # what a killed process left beside it
+    descriptor, name = tempfile.mkstemp(prefix=f".{location.name}.{os.getpid()}.", suffix=".tmp", dir=location.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            pq.write_table(table, stream)
+        os.replace(name, location)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
