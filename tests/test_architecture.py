@@ -35,7 +35,7 @@ renderer makes it. Nothing else in the package imports at display time."""
 
 ROOMS = {
     "rollaudit._loaders.torchsave": (),
-    "rollaudit._loaders.arrow": ("rollaudit._table",),
+    "rollaudit._loaders.arrow": ("rollaudit._table", "rollaudit._output"),
     "rollaudit._loaders.formats": (
         "rollaudit._table",
         "rollaudit._loaders.base",
@@ -50,13 +50,16 @@ ROOMS = {
         "rollaudit._version",
         "rollaudit._loaders.options",
         "rollaudit._loaders.registry",
+        "rollaudit._loaders.arrow",
     ),
     "rollaudit._audit.engine": ("rollaudit._table", "rollaudit._audit.schemes"),
 }
 """Rooms inside a stage, and what each may import besides itself and ``rollaudit._errors``: the safe torch.save
-reader knows no format, the Arrow readers no format either, a format plug-in knows the readers it uses and the
-interface, the run machinery finds formats through the registry alone, and the audit engine (encoding, groups,
-piece sizing, tallies, threads) knows the table and the schemes' data, not the metrics or the report built on it."""
+reader knows no format, the Arrow readers no format either (their shared-memory files are swept as the output
+temporaries are), a format plug-in knows the readers it uses and the interface, the run machinery finds formats
+through the registry alone and reads cache entries through the capped Arrow reader (they are untrusted too), and
+the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
+metrics or the report built on it."""
 
 
 def module_name(path: Path) -> str:

@@ -15,6 +15,11 @@ table fresh); the parent maps that file, so the table is never copied again.
 The pieces count against the same bound, and where shared memory has no room
 the table comes back as an IPC stream over the pipe.
 
+The shared file's name holds both processes' IDs. The parent removes it as
+soon as it has opened it, and whenever it stops the child (Ctrl-C, SIGTERM,
+SIGHUP); the child removes it when the parent is gone before the answer;
+where both were killed outright, the next reader started removes it.
+
 The child uses the system allocator (``ARROW_DEFAULT_MEMORY_POOL=system``):
 mimalloc reserves a GiB of address space up front and would fail under any
 useful limit. Where there is no ``RLIMIT_AS`` (Windows, macOS ignores it),
@@ -24,9 +29,11 @@ the read runs in this process, bounded only by the row checks.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -34,9 +41,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..._errors import InputError
+from ..._output import pid_alive
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import pyarrow as pa
 
@@ -105,6 +113,7 @@ class _Worker:
         )
         self._lock = threading.Lock()
         self.owner = os.getpid()  # a forked child must not share this process's pipes
+        _sweep_shared_files(lambda owner, reader: not pid_alive(owner) and not pid_alive(reader))
 
     @property
     def alive(self) -> bool:
@@ -147,6 +156,8 @@ class _Worker:
         for pipe in (self._process.stdin, self._process.stdout):
             if pipe is not None:
                 pipe.close()
+        # A table the child was writing, or had named but this process had not yet opened, is nobody's now.
+        _sweep_shared_files(lambda owner, reader: (owner, reader) == (self.owner, self._process.pid))
 
 
 _current: _Worker | None = None
@@ -219,20 +230,45 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
             failure = None
         finally:
             resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        if failure is not None:
-            answers.write(json.dumps(failure).encode() + b"\n")
-        elif shared is not None:
-            answers.write(b"file " + shared.encode() + b"\n")
-        else:
-            assert table is not None  # no shared file: the table was read again, for the pipe
-            answers.write(b"ok\n")
-            with pa.ipc.new_stream(answers, table.schema) as writer:
-                writer.write_table(table)
-        del table
-        answers.flush()
+        try:
+            if failure is not None:
+                answers.write(json.dumps(failure).encode() + b"\n")
+            elif shared is not None:
+                answers.write(b"file " + shared.encode() + b"\n")
+            else:
+                assert table is not None  # no shared file: the table was read again, for the pipe
+                answers.write(b"ok\n")
+                with pa.ipc.new_stream(answers, table.schema) as writer:
+                    writer.write_table(table)
+            del table
+            answers.flush()
+        except OSError:  # the parent is gone (killed): nobody will map the table
+            if shared is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(shared)
+            return
 
 
 _SHARED_MEMORY = Path("/dev/shm")
+_SHARED_PREFIX = "rollaudit-table-"
+# rollaudit-table-<parent's PID>-<child's PID>-<random>.arrow; a PID has at most 7 digits on Linux (4194304).
+_SHARED_NAME = re.compile(rf"^{_SHARED_PREFIX}(\d{{1,7}})-(\d{{1,7}})-[a-z0-9_]+\.arrow$")
+
+
+def _sweep_shared_files(abandoned: Callable[[int, int], bool]) -> None:
+    """Remove this user's shared table files whose (parent, child) PIDs are ``abandoned``; other files are left."""
+    try:
+        entries = list(os.scandir(_SHARED_MEMORY))
+    except OSError:
+        return
+    for entry in entries:
+        match = _SHARED_NAME.match(entry.name)
+        if match is None:
+            continue
+        with contextlib.suppress(OSError):
+            mine = entry.stat(follow_symlinks=False).st_uid == os.getuid() and entry.is_file(follow_symlinks=False)
+            if mine and abandoned(int(match.group(1)), int(match.group(2))):
+                os.unlink(entry.path)
 
 
 def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
@@ -247,7 +283,8 @@ def _shared_file(pieces: Iterator[pa.Table], size: int) -> str | None:
     if not _SHARED_MEMORY.is_dir():
         return None
     first = next(pieces)
-    descriptor, name = tempfile.mkstemp(prefix="rollaudit-table-", suffix=".arrow", dir=_SHARED_MEMORY)
+    prefix = f"{_SHARED_PREFIX}{os.getppid()}-{os.getpid()}-"
+    descriptor, name = tempfile.mkstemp(prefix=prefix, suffix=".arrow", dir=_SHARED_MEMORY)
     written = 0
     try:
         with (
@@ -282,13 +319,13 @@ def _mapped_table(name: str) -> pa.Table:
 
     try:
         descriptor = os.open(name, os.O_RDONLY)
-        try:
-            # Its pages mapped in at once (every one is read next): a fault per page costs more.
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            mapped = mmap.mmap(descriptor, 0, flags=flags, prot=mmap.PROT_READ)
-        finally:
-            os.close(descriptor)
-        # The table's buffers hold the mapping: it is unmapped when the last of them goes.
-        return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
     finally:
-        os.unlink(name)
+        os.unlink(name)  # the open descriptor, then the mapping, keep the pages
+    try:
+        # Its pages mapped in at once (every one is read next): a fault per page costs more.
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapped = mmap.mmap(descriptor, 0, flags=flags, prot=mmap.PROT_READ)
+    finally:
+        os.close(descriptor)
+    # The table's buffers hold the mapping: it is unmapped when the last of them goes.
+    return pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()

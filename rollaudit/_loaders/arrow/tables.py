@@ -15,7 +15,7 @@ import csv
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -239,21 +239,44 @@ def _locate_json_problem(path: Path, field: str | None, expected_kind: str | Non
 # A line whose first character (after blanks) does not open an object. JSON text holds no raw newline, so lines are
 # exactly the values; the pattern starts with a literal newline, which the regex engine finds at memchr speed.
 _NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*+[^{ \t\r\n]")
-_FIRST_NOT_AN_OBJECT = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*+[^{ \t\r\n]")
+_LINE_START_NOT_AN_OBJECT = re.compile(rb"[ \t\r]*+[^{ \t\r\n]")
+_BLANK_TO_END = re.compile(rb"[ \t\r]*+\Z")
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    """The bytes of ``path``, ``_DEPTH_CHUNK`` at a time. Read, never mapped: a file truncated while mapped (a
+    trainer saving the same path again) kills the process with SIGBUS; read, it just ends sooner."""
+    with open(path, "rb", buffering=0) as stream:
+        while chunk := stream.read(_DEPTH_CHUNK):
+            yield chunk
+
+
+def _first_non_object_line(chunks: Iterator[bytes]) -> int | None:
+    """The first line (from 1) whose first character that is not blank is not ``{``, in the text of ``chunks``."""
+    newlines, at_line_start = 0, True  # at_line_start: only blanks since the last newline (or the file's start)
+    for number, chunk in enumerate(chunks):
+        start = len(BOM) if number == 0 and chunk.startswith(BOM) else 0
+        if at_line_start and _LINE_START_NOT_AN_OBJECT.match(chunk, start):
+            return newlines + 1
+        match = _NOT_AN_OBJECT.search(chunk, start)
+        if match is not None:
+            return newlines + chunk.count(b"\n", 0, match.end() - 1) + 1
+        newlines += chunk.count(b"\n")
+        last = chunk.rfind(b"\n")
+        at_line_start = _BLANK_TO_END.match(chunk, last + 1 if last >= 0 else start) is not None and (
+            last >= 0 or at_line_start
+        )
+    return None
 
 
 def _check_objects(path: Path) -> None:
     """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
     crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
-    import mmap
-
     try:
-        with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            match = _FIRST_NOT_AN_OBJECT.match(data) or _NOT_AN_OBJECT.search(data)
-            if match is None:
-                return
-            line = data[: match.end() - 1].count(b"\n") + 1
-    except (OSError, ValueError):  # an empty file cannot be mapped; the reader reports it
+        line = _first_non_object_line(_file_chunks(path))
+    except OSError:  # the reader reports it
+        return
+    if line is None:
         return
     located = _locate_json_problem(path, None, None)
     raise InputError(
@@ -307,15 +330,9 @@ class _DepthScan:
 
 def check_json_depth(path: Path, limit: int = MAX_JSON_DEPTH) -> None:
     """InputError naming the line of ``path`` whose JSON nests deeper than ``limit``, before a parser sees it."""
-    import mmap
-
-    import numpy as np
-
-    line = None
     try:
-        with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            line = _too_deep_line(np.frombuffer(data, dtype=np.uint8), limit)
-    except (OSError, ValueError):  # an empty file cannot be mapped; the reader reports it
+        line = _too_deep_in(_FileBytes(path), limit)
+    except OSError:  # the reader reports it
         return
     if line is not None:
         raise InputError(
@@ -325,11 +342,28 @@ def check_json_depth(path: Path, limit: int = MAX_JSON_DEPTH) -> None:
         )
 
 
+class _FileBytes:
+    """A file's bytes as uint8 arrays, a chunk at a time; each pass over them reads the file again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[Any]:
+        import numpy as np
+
+        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in _file_chunks(self.path))
+
+
 def _too_deep_line(view: Any, limit: int) -> int | None:
     """The first line of the bytes ``view`` nesting deeper than ``limit``, or None."""
+    return _too_deep_in([view[start : start + _DEPTH_CHUNK] for start in range(0, len(view), _DEPTH_CHUNK)], limit)
+
+
+def _too_deep_in(chunks: Iterable[Any], limit: int) -> int | None:
+    """The first line nesting deeper than ``limit`` of the bytes ``chunks`` holds (uint8 arrays; it is passed over
+    more than once), or None."""
     import numpy as np
 
-    chunks = [view[start : start + _DEPTH_CHUNK] for start in range(0, len(view), _DEPTH_CHUNK)]
     if _nesting_bound(chunks, limit) <= limit:
         return None  # no line is long enough, or opens brackets enough, to nest that deep
     scan = _DepthScan()
@@ -342,7 +376,7 @@ def _too_deep_line(view: Any, limit: int) -> int | None:
     return None
 
 
-def _nesting_bound(chunks: list[Any], limit: int) -> int:
+def _nesting_bound(chunks: Iterable[Any], limit: int) -> int:
     """A bound of any one line's nesting depth, at memory speed: the longest line's length where that is within
     ``limit`` (one pass), else the most ``[`` and ``{`` bytes one line holds (strings included). The exact depth
     scan runs only where this bound passes the limit."""
@@ -359,7 +393,7 @@ def _nesting_bound(chunks: list[Any], limit: int) -> int:
     )
 
 
-def _most_per_line(chunks: list[Any], count: Callable[[Any, Any], Any]) -> int:
+def _most_per_line(chunks: Iterable[Any], count: Callable[[Any, Any], Any]) -> int:
     """The largest per-line total of ``count(chunk, its newline positions)`` (one count per line piece of the
     chunk, the last for the line that runs on into the next chunk), a chunk at a time."""
     import numpy as np

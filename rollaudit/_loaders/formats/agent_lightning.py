@@ -13,7 +13,6 @@ the group key).
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from ..._errors import InputError
 from ..._table import with_trained_default
 from ..arrow import tables
 from ..base import Format
+from ..torchsave.torch_zip import open_zip
 from . import generic
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ DEFAULT = (
 def _first_object_of_zip(path: Path) -> dict | None:
     """The first line of a zip's one JSON Lines member, as a dict (read a line at most: never the whole member)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open(path, "rb") as file, open_zip(file) as archive:  # its entries counted before zipfile parses them
             members = [info for info in archive.infolist() if info.filename.endswith(".jsonl")]
             if len(members) != 1:
                 return None

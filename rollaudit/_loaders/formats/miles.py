@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..._errors import InputError
 from ..._table import RECORDED_ADVANTAGE, TRAJECTORY, with_found, with_trained_default
 from ..base import Format
-from ..torchsave.torch_zip import TorchArchive
+from ..torchsave.torch_zip import TorchArchive, open_zip
 from ..torchsave.unpickle import StoredTensor
 from . import slime
 from . import slime_fields as fields
@@ -94,7 +94,7 @@ def _pickle_ends(path: Path) -> tuple[bytes, bytes] | None:
             if not file.read(4).startswith(b"PK\x03\x04"):  # not a zip: no central directory to look for
                 return None
             file.seek(0)
-            with zipfile.ZipFile(file) as archive:
+            with open_zip(file) as archive:  # its entries counted before zipfile parses them
                 member = next(
                     (info for info in archive.infolist() if info.filename.endswith("/data.pkl")),
                     None,

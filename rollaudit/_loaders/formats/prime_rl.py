@@ -20,7 +20,6 @@ length-penalty token counts (``num_output_tokens``, ``num_input_tokens``, ``num_
 from __future__ import annotations
 
 import json
-import mmap
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,15 +123,15 @@ def _place(path: Path) -> tuple[int, str]:
 
 def _reward_names(path: Path) -> list[str]:
     """The reward names the file's traces use (rewards are keyed by the env's reward functions: read, not assumed)."""
-    with path.open("rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        objects = _REWARDS.findall(data)
-        if len(objects) != len(_REWARDS_KEY_PATTERN.findall(data)):
-            raise InputError(
-                "has a rewards object that is not {name: {score, weight}}",
-                file=str(path),
-                field="traces[].rewards",
-                expected="verifiers' rewards: {name: {score, weight}}",
-            )
+    data = path.read_bytes()  # read, not mapped: a file rewritten while it is read cannot kill the process
+    objects = _REWARDS.findall(data)
+    if len(objects) != len(_REWARDS_KEY_PATTERN.findall(data)):
+        raise InputError(
+            "has a rewards object that is not {name: {score, weight}}",
+            file=str(path),
+            field="traces[].rewards",
+            expected="verifiers' rewards: {name: {score, weight}}",
+        )
     names = set(_REWARD_NAME.findall(b"\n".join(objects)))
     try:
         return sorted({json.loads(b'"' + name + b'"') for name in names})

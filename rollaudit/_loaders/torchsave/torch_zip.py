@@ -6,14 +6,15 @@ reads the pickle with :mod:`.unpickle`'s restricted unpickler and the
 storages' bytes from the zip. Sizes are bounded before anything is
 allocated: a member must lie inside the file, a stored member must store what
 it declares, ``data.pkl`` has a size limit, and all the storages read
-together cannot exceed the file. Every failure is an
+together cannot exceed the file. The central directory's entries are counted
+before :mod:`zipfile` parses it (which costs ~400 bytes an entry). Every
+failure is an
 :class:`~rollaudit.InputError` (one line); nothing else escapes.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import struct
 import warnings
@@ -26,6 +27,8 @@ from .unpickle import RestrictedUnpickler, Storage, WholeBuffer, describe_unknow
 
 MAX_PICKLE_BYTES = 4 << 30
 """Largest ``data.pkl`` read (4 GiB): slime dumps of thousands of agentic samples are hundreds of MB."""
+MAX_ZIP_ENTRIES = 1 << 18
+"""Most entries a ``torch.save`` zip may list (262,144): one per tensor storage, and four more."""
 
 _STORAGE_CACHE_BYTES = 64 << 20
 _REREAD_RATIO = 4
@@ -36,6 +39,9 @@ _INFLATE_CHUNK = 1 << 20
 # this many times the file (numbers compress a few times over, not a thousand).
 _INFLATED_STORAGE_RATIO = 16
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_DIRECTORY_ENTRY_BYTES = 46
+# torch names an entry <archive>/data/<key>, with no comment and at most a zip64 extra field: 4 KiB is generous.
+_MAX_DIRECTORY_BYTES_PER_ENTRY = _DIRECTORY_ENTRY_BYTES + 4096
 _LOCAL_HEADER_SIGNATURE = b"PK\x03\x04"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _UTF8_NAME_FLAG = 0x800
@@ -68,7 +74,6 @@ class TorchArchive:
         self._storage_bytes_read = 0
         self._storage_bytes_inflated = 0
         self._file: Any = None
-        self._map: Any = None
         self._zip: zipfile.ZipFile | None = None
         try:
             self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed by close()
@@ -101,8 +106,12 @@ class TorchArchive:
                 )
             raise self._error("not a zip file", expected="a torch.save file (a zip holding data.pkl)")
         try:
-            self._zip = zipfile.ZipFile(self._file)
+            self._zip = open_zip(self._file)
             members = self._zip.infolist()
+        except TooManyEntries as error:
+            raise self._error(
+                str(error), expected=f"at most {MAX_ZIP_ENTRIES} entries: one per tensor storage"
+            ) from None
         except Exception as error:  # zipfile raises many types on damaged input
             raise self._error(
                 f"truncated or damaged zip ({_short(error)})", expected="a complete torch.save file"
@@ -290,33 +299,12 @@ class TorchArchive:
         return value
 
     def _pickle_bytes(self) -> tuple[Any, Any]:
-        """data.pkl's bytes (stored: torch never compresses it), mapped from the file rather than copied where the
-        platform can, with a function that gives back the pages of what the scan has passed."""
-        try:
-            import mmap
-
-            self._check_member(self.pickle_member)
-            start = self._data_start(self.pickle_member)
-            mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        except (ImportError, OSError, ValueError):
-            return self._read_member(self.pickle_member, count_as_storage=False), None
-        self._map = mapped
-        view = memoryview(mapped)[start : start + self.pickle_member.file_size]
-        if not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-            return view, None
-        page = mmap.PAGESIZE
-
-        def release(position: int) -> None:
-            mapped.madvise(mmap.MADV_DONTNEED, 0, (start + position) // page * page)
-
-        return view, release
+        """data.pkl's bytes (stored: torch never compresses it), read rather than mapped: a mapped file truncated
+        while it is read (a trainer saving the same path again) kills the process with SIGBUS, where a read
+        ends in one line; and no function to give pages back (there are none to give)."""
+        return self._read_member(self.pickle_member, count_as_storage=False), None
 
     def close(self) -> None:
-        if self._map is not None:
-            # A view of it may still be alive (an error's traceback): then it is closed when that goes.
-            with contextlib.suppress(BufferError):
-                self._map.close()
-            self._map = None
         self._storage_cache.clear()
         if self._zip is not None:
             self._zip.close()
@@ -340,14 +328,54 @@ def _swap_bytes(buffer: bytearray, itemsize: int) -> bytearray:
     return bytearray(values.tobytes())
 
 
+class TooManyEntries(ValueError):
+    """A zip whose central directory lists more than :data:`MAX_ZIP_ENTRIES` entries."""
+
+
+def open_zip(file: Any) -> zipfile.ZipFile:
+    """``zipfile.ZipFile(file)`` (a binary file open for reading), once its central directory is counted:
+    :class:`TooManyEntries` where it lists more entries than a ``torch.save`` file could."""
+    problem = _directory_problem(file)
+    if problem is not None:
+        raise TooManyEntries(problem)
+    return zipfile.ZipFile(file)
+
+
+def _directory_problem(file: Any) -> str | None:
+    """Why the zip ``file`` lists more entries than a ``torch.save`` file could, or None: the count its end record
+    declares (zip64's where it has one), then the entries in the bytes :mod:`zipfile` parses as its directory,
+    whatever the count says. A zip too damaged to tell is left to :mod:`zipfile` to report."""
+    # zipfile's own reading of the end records, so that what is counted is what it then parses.
+    end = zipfile._EndRecData(file)  # type: ignore[attr-defined]
+    if not end:
+        return None
+    declared, directory_size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
+    if declared > MAX_ZIP_ENTRIES:
+        return f"zip central directory declares {declared} entries"
+    if directory_size > max(declared, 1) * _MAX_DIRECTORY_BYTES_PER_ENTRY:
+        return f"zip central directory of {directory_size} bytes holds more than the {declared} entries it declares"
+    directory_start = end[zipfile._ECD_LOCATION] - directory_size  # type: ignore[attr-defined]
+    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:  # type: ignore[attr-defined]
+        directory_start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator  # type: ignore[attr-defined]
+    file.seek(max(directory_start, 0))
+    directory = file.read(directory_size)
+    position = entries = 0
+    while position + _DIRECTORY_ENTRY_BYTES <= len(directory):
+        entries += 1
+        if entries > declared:
+            return f"zip central directory holds more than the {declared} entries it declares"
+        name, extra, comment = struct.unpack_from("<3H", directory, position + 28)
+        position += _DIRECTORY_ENTRY_BYTES + name + extra + comment
+    return None
+
+
 def is_torch_zip(path: str | os.PathLike) -> bool:
     """True for a zip holding one ``<archive>/data.pkl``: the ``torch.save`` layout (reads only the directory)."""
     try:
         with open(path, "rb") as file:
             if not file.read(4).startswith(_ZIP_MAGIC):
                 return False
-            file.seek(0)
-            with zipfile.ZipFile(file) as archive:
+            with open_zip(file) as archive:
                 return any(name.endswith("/data.pkl") and name.count("/") == 1 for name in archive.namelist())
     except Exception:  # a damaged zip is simply not detected here; the reader reports it
         return False
