@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -377,18 +378,20 @@ def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.
     from .metric_names import COUNT_METRICS, METRICS
     from .metrics import metrics_of
 
-    summary_rows, step_rows = {}, []
+    summary_rows, step_frames = {}, []
+    steps = np.asarray(encoded.step_values, dtype=np.int64)
     for name, scheme in tallies.items():
         by_step = metrics_of(scheme.per_step)
         total = by_step if encoded.steps == 1 else metrics_of(scheme.per_step.whole())
         summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
-        for position, step in enumerate(encoded.step_values):
-            step_rows.append(
-                {"step": int(step), "scheme": name, **{metric: by_step[metric][position] for metric in METRICS}}
-            )
+        # A frame of columns per scheme, never a Python object per step: a run may have as many steps as samples.
+        names = np.full(len(steps), name, dtype=object)
+        step_frames.append(
+            pd.DataFrame({"step": steps, "scheme": names, **{metric: by_step[metric] for metric in METRICS}})
+        )
     summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
     summary.index.name = "scheme"
-    per_step = pd.DataFrame(step_rows, columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    per_step = pd.concat(step_frames, ignore_index=True).set_index(["step", "scheme"])
     counts = [metric for metric in METRICS if metric in COUNT_METRICS]
     summary[counts] = summary[counts].astype("int64")
     per_step[counts] = per_step[counts].astype("int64")

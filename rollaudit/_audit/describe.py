@@ -22,9 +22,12 @@ from .._table import (
     TRAJECTORY,
     validate_table,
 )
+from .engine.chunks import few_chunks
 
 # More distinct reward values than this and the reward reads as continuous.
 _DISCRETE_LIMIT = 10
+# The keys counted with a group-by, which costs the most per chunk (see ``few_chunks``).
+_KEY_COLUMNS = (STEP, PROMPT, TRAJECTORY)
 
 
 def _distinct_rows(table: pa.Table, keys: list[str]) -> int:
@@ -79,12 +82,17 @@ def describe(table: pa.Table) -> dict[str, Any]:
     >>> describe(rollaudit.make_table(reward=[1.0, 0.0, 1.0], prompt=[4, 4, None]))["identity"]
     {'samples': 3, 'with_prompt_key': 2, 'with_trajectory_key': 0}
     """
-    table = validate_table(table)
+    table = few_chunks(validate_table(table), _KEY_COLUMNS)
     samples = table.num_rows
     steps = table.column(STEP)
-    step_counts = pc.value_counts(steps).to_pylist() if samples else []
-    samples_per_step = {int(item["values"]): int(item["counts"]) for item in step_counts}
-    samples_per_step = dict(sorted(samples_per_step.items()))
+    samples_per_step: dict[int, int] = {}
+    if samples:
+        # Sorted as arrays, then one dict: no Python object per step beyond the dict's own (a run may have as many
+        # steps as samples).
+        step_counts = pc.value_counts(steps)
+        order = pc.sort_indices(step_counts.field("values"))
+        values, counts = step_counts.field("values").take(order), step_counts.field("counts").take(order)
+        samples_per_step = dict(zip(values.to_pylist(), counts.to_pylist(), strict=True))
 
     with_prompt = samples - table.column(PROMPT).null_count
     with_trajectory = samples - table.column(TRAJECTORY).null_count

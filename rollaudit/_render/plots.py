@@ -36,6 +36,9 @@ DPI = 150
 MAX_SCATTER_POINTS = 200_000
 # Above this many points a scatter is drawn as an image inside the SVG (still inline), not one element a point.
 MAX_VECTOR_POINTS = 5_000
+# Above this many steps a per-step line is drawn over bins of consecutive steps (each bin its worst step): a
+# figure of 250,000 markers takes far longer to draw and inline than the trend it shows.
+MAX_STEP_POINTS = 1_000
 ZERO_BAND = 1e-6  # the metrics' zero band: |A| <= 1e-6 is no push
 # How each point relates to the reference, drawn in this order (the findings on top), each in its own colour
 # and marker (Paul Tol's high-contrast colours: told apart by colour-blind readers and in grey print too).
@@ -77,6 +80,17 @@ def group_sizes_figure(report: Report) -> Figure:
 def _every_nth(values: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     step = max(1, math.ceil(len(values) / limit))
     return values[::step], step
+
+
+def _step_bins(steps: np.ndarray, limit: int = MAX_STEP_POINTS) -> np.ndarray:
+    """Where each bin of consecutive points starts: every point where there are at most ``limit``."""
+    return np.arange(0, len(steps), max(1, math.ceil(len(steps) / limit)))
+
+
+def _binned(values: np.ndarray, starts: np.ndarray, reduce: np.ufunc) -> np.ndarray:
+    """``reduce`` (``np.fmax``, ``np.fmin``: NaN only where a whole bin is NaN) over each bin of ``values``."""
+    values = np.asarray(values, dtype=np.float64)
+    return values[starts] if len(starts) == len(values) else reduce.reduceat(values, starts)
 
 
 def point_kinds(reference: np.ndarray, scheme: np.ndarray) -> dict[str, np.ndarray]:
@@ -140,7 +154,8 @@ def advantage_scatter_figure(report: Report, advantages: Mapping[str, np.ndarray
         axis.set_title(f"{scheme}: {percent(flips)} sign flips")
         axis.set_xlabel(f"advantage under {reference} (reference)")
         axis.set_ylabel(f"advantage under {scheme}")
-        axis.legend(loc="best", fontsize="x-small", framealpha=0.85)
+        # "best" tests every point against every place the legend could go: seconds for a large sample.
+        axis.legend(loc="best" if len(x) <= MAX_VECTOR_POINTS else "upper left", fontsize="x-small", framealpha=0.85)
     for axis in axes[len(others) :]:
         axis.set_visible(False)
     sampled = f"; every {stride}th of {len(x_all):,} samples" if stride > 1 else f"; {len(x_all):,} samples"
@@ -154,12 +169,19 @@ def per_step_figure(report: Report) -> Figure:
     figure = Figure(figsize=(15, 4), dpi=DPI, layout="constrained")
     flip_axis, inflation_axis, size_axis = figure.subplots(1, 3)
     per_step = report.per_step.reset_index()
+    binned = ""
     for scheme in per_step["scheme"].drop_duplicates():  # the recorded advantages too, when the dump has them
         if scheme == report.reference:
             continue
         rows = per_step[per_step["scheme"] == scheme].sort_values("step")
-        flip_axis.plot(rows["step"], rows["sign_flip_rate"] * 100, marker="o", markersize=3, label=scheme)
-        inflation_axis.plot(rows["step"], rows["nonzero_inflation"], marker="o", markersize=3, label=scheme)
+        steps = rows["step"].to_numpy()
+        starts = _step_bins(steps)
+        if len(starts) < len(steps):
+            binned = f"; each point the worst of {math.ceil(len(steps) / len(starts)):,} steps"
+        flips = _binned(rows["sign_flip_rate"].to_numpy() * 100, starts, np.fmax)
+        inflation = _binned(rows["nonzero_inflation"].to_numpy(), starts, np.fmax)
+        flip_axis.plot(steps[starts], flips, marker="o", markersize=3, label=scheme)
+        inflation_axis.plot(steps[starts], inflation, marker="o", markersize=3, label=scheme)
     flip_axis.set_title(f"Sign-flip rate against {report.reference}")
     flip_axis.set_xlabel("step")
     flip_axis.set_ylabel("samples whose sign differs (%)")
@@ -169,10 +191,13 @@ def per_step_figure(report: Report) -> Figure:
     inflation_axis.axhline(1, color="grey", linewidth=0.8, linestyle="--")
     groups = report.step_groups.sort_index()
     if not groups.empty:
-        size_axis.fill_between(
-            groups.index, groups["smallest_group"], groups["largest_group"], alpha=0.25, label="range"
-        )
-        size_axis.plot(groups.index, groups["median_group"], marker="o", markersize=3, label="median")
+        # Bins keep each bin's smallest and largest group, and the median of its first step.
+        starts = _step_bins(groups.index.to_numpy())
+        where = groups.index.to_numpy()[starts]
+        smallest = _binned(groups["smallest_group"].to_numpy(), starts, np.fmin)
+        largest = _binned(groups["largest_group"].to_numpy(), starts, np.fmax)
+        size_axis.fill_between(where, smallest, largest, alpha=0.25, label="range")
+        size_axis.plot(where, groups["median_group"].to_numpy()[starts], marker="o", markersize=3, label="median")
     size_axis.set_title("Prompt-group sizes")
     size_axis.set_xlabel("step")
     size_axis.set_ylabel("samples per prompt")
@@ -181,7 +206,7 @@ def per_step_figure(report: Report) -> Figure:
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize="small")
     steps = len(report.info.get("step_values", []))
-    figure.suptitle(f"Per step ({steps} step{'s' if steps != 1 else ''})")
+    figure.suptitle(f"Per step ({steps:,} step{'s' if steps != 1 else ''}{binned})")
     return figure
 
 

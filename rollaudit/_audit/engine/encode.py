@@ -21,6 +21,7 @@ import torch
 
 from ..._errors import SchemeError
 from ..._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
+from .chunks import few_chunks
 from .sizing import counted_in_bins, pieces
 
 F64 = torch.float64
@@ -397,4 +398,5 @@ class Encoded:
 
 def encode(table: pa.Table, device: str | torch.device = "auto") -> Encoded:
     """The tensors of a canonical table (``rollaudit.validate_table`` shape) on one device."""
-    return Encoded(table, choose_device(device))
+    # The step column is read piece by piece, so a table of tiny chunks (one per step) is combined first.
+    return Encoded(few_chunks(table, [STEP]), choose_device(device))

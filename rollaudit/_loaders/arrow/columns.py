@@ -290,7 +290,9 @@ def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array | pa.ChunkedA
     # A finite sum proves every reward finite (NaN and infinities propagate), summed by numpy over views of the
     # chunks (Arrow's sum is slower, and Array.to_numpy imports pandas).
     chunks = rewards.chunks if isinstance(rewards, pa.ChunkedArray) else [rewards]
-    if not nulls and rewards.null_count == 0 and math.isfinite(sum(float(numpy_view(chunk).sum()) for chunk in chunks)):
+    with np.errstate(over="ignore"):  # rewards near 1e308 sum to inf: then the check below looks row by row
+        total = sum(float(numpy_view(chunk).sum()) for chunk in chunks)
+    if not nulls and rewards.null_count == 0 and math.isfinite(total):
         return
     # Arrow's kernels from here: bitmaps rather than a byte per row, and no pandas import.
     finite = pc.is_finite(rewards)
