@@ -37,7 +37,7 @@ SETTLE_SECONDS = 0.2
 """How long a file must hold still (size, modification time) before it is read."""
 RESCAN_SECONDS = 10.0
 """The longest sleep between two looks even with file notifications (writers on other machines notify nobody)."""
-REDISCOVER_SECONDS = 60.0
+REDISCOVER_SECONDS = 300.0
 """How often the whole directory is searched again as ``compare`` searches it (between, the run's own format
 lists its files: a look costs a listing, not a search through every format)."""
 POLL_SECONDS = 1.0
@@ -282,12 +282,14 @@ def watch(
     try:
         while True:
             now = time.monotonic()
-            if follower.look(now):
+            changed = follower.look(now)
+            if changed:
                 last_change = now
             settling = follower.settling(now)
             idle = until_idle is not None and now - last_change >= until_idle and not settling
-            for key, paths in follower.pending(idle):
-                yield from follower.audit(key, paths, idle)
+            if changed or idle:  # nothing else can make a step ready
+                for key, paths in follower.pending(idle):
+                    yield from follower.audit(key, paths, idle)
             if idle and not follower.pending(True):
                 return
             timeout = settle if settling else RESCAN_SECONDS
