@@ -41,7 +41,15 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
     from ._loaders.options import LoadOptions
     from ._loaders.registry import FORMATS
     from ._loaders.run.load import detect_format, expand_paths, load
-    from ._table import CANONICAL_COLUMNS, loaded_formats, make_table, validate_table
+    from ._table import (
+        CANONICAL_COLUMNS,
+        loaded_formats,
+        make_table,
+        parse_steps,
+        select_prompt,
+        select_steps,
+        validate_table,
+    )
     from ._watch.records import StepRecord
     from ._watch.run import watch
 
@@ -80,9 +88,12 @@ _MODULE_OF = {
     "load_gate_config": "._gate.config",
     "loaded_formats": "._table",
     "make_table": "._table",
+    "parse_steps": "._table",
     "read_baseline": "._gate.baseline",
     "recompute": "._audit.api",
     "run_gate": "._gate.evaluate",
+    "select_prompt": "._table",
+    "select_steps": "._table",
     "split_schemes": "._audit.presets",
     "validate_table": "._table",
     "watch": "._watch.run",
@@ -122,9 +133,12 @@ __all__ = [
     "load_gate_config",
     "loaded_formats",
     "make_table",
+    "parse_steps",
     "read_baseline",
     "recompute",
     "run_gate",
+    "select_prompt",
+    "select_steps",
     "split_schemes",
     "validate_table",
     "watch",

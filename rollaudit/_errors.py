@@ -68,7 +68,9 @@ class RollauditError(Exception):
         if self.field is not None:
             where.append(f"field {self.field!r}")
         if self.row is not None:
-            where.append(f"row {self.row}")
+            # ``row`` is 0-based in code; a person counts from 1: "row 5" is the 5th data row (a file's lines,
+            # header included, are said as "line N").
+            where.append(f"row {self.row + 1}")
         text = self.message
         if self.expected is not None:
             text += f" (expected {self.expected})"

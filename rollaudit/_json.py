@@ -42,6 +42,30 @@ def json_object(document: Mapping[Any, Any]) -> dict[str, Any]:
     return {str(key): json_value(item) for key, item in document.items()}
 
 
+def json_records(frame: Any) -> list[dict[str, Any]]:
+    """The rows of a pandas DataFrame as JSON-ready dicts (``json_value`` of each, done column by column: a frame
+    of a million rows converts in a second, not a minute)."""
+    import numpy as np
+
+    columns = []
+    for name in frame.columns:
+        values = frame[name].to_numpy()
+        if values.dtype.kind == "f":
+            boxed = values.astype(object)
+            boxed[~np.isfinite(values)] = None
+            columns.append(boxed.tolist())
+        elif values.dtype.kind in "iub":
+            columns.append(values.tolist())
+        elif frame[name].isna().all():  # a metric the data cannot carry: null throughout
+            columns.append([None] * len(values))
+        else:
+            columns.append([json_value(value) for value in values.tolist()])
+    names = [str(name) for name in frame.columns]
+    if not names:
+        return [{} for _ in range(len(frame))]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"

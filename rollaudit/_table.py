@@ -23,6 +23,7 @@ row order; positional schemes and the ``first`` representative follow it.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -483,3 +484,138 @@ def loaded_formats(table: pa.Table) -> list[str]:
     """The formats ``rollaudit.load`` read to make ``table`` (empty for a table made another way)."""
     text = (table.schema.metadata or {}).get(FORMATS_METADATA, b"").decode()
     return text.split("+") if text else []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Advantage columns beside the table's own, and a run's steps chosen by the text a user types (``10-20,30``).
+
+ADVANTAGE_PREFIX = "advantage:"
+"""What names an advantage column (``advantage:prompt``): never a canonical column, so that recomputed advantages
+join the table they come from without a clash."""
+
+
+def advantage_column(scheme: str) -> str:
+    """The name of the column of ``scheme``'s advantages: ``advantage:`` and the scheme string as given."""
+    return f"{ADVANTAGE_PREFIX}{scheme}"
+
+
+# A step (``30``, ``-1``) or an inclusive range (``10-20``, ``-3--1``).
+_STEP_RANGE = re.compile(r"(-?\d+)(?:\s*-\s*(-?\d+))?")
+
+
+def parse_steps(spec: str | int | Iterable[int]) -> list[tuple[int, int]]:
+    """``"10-20,30"`` (ranges inclusive, comma-separated), one step, or steps, as inclusive ``(first, last)`` ranges.
+
+    >>> parse_steps("10-20, 30")
+    [(10, 20), (30, 30)]
+    """
+    from ._errors import UsageError
+
+    expected = "steps and inclusive ranges, comma-separated, e.g. 10-20,30"
+    if isinstance(spec, int):
+        return [(spec, spec)]
+    if not isinstance(spec, str):
+        steps = list(spec)
+        if not steps or not all(isinstance(step, int) and not isinstance(step, bool) for step in steps):
+            raise UsageError(f"steps {steps!r} are not whole numbers", expected=expected)
+        return [(step, step) for step in steps]
+    ranges = []
+    for part in spec.split(","):
+        match = _STEP_RANGE.fullmatch(part.strip())
+        if match is None:
+            raise UsageError(f"steps {spec!r}: {part.strip()!r} is not a step or a range", expected=expected)
+        first = int(match.group(1))
+        last = first if match.group(2) is None else int(match.group(2))
+        if first > last:
+            raise UsageError(f"steps {spec!r}: {part.strip()!r} runs backwards", expected=expected)
+        ranges.append((first, last))
+    return ranges
+
+
+def steps_text(steps: Iterable[int], most: int = 6) -> str:
+    """Steps as the ranges a user types: ``0-30``, ``0-3, 5, 7-9``; past ``most`` ranges, the first ones, ``...``
+    and the last."""
+    values = sorted(set(steps))
+    runs: list[list[int]] = []
+    for step in values:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    texts = [str(first) if first == last else f"{first}-{last}" for first, last in runs]
+    return ", ".join(texts if len(texts) <= most else [*texts[: most - 1], "...", texts[-1]])
+
+
+def select_steps(table: pa.Table, steps: str | int | Iterable[int]) -> pa.Table:
+    """The rows of ``table`` whose step is among ``steps`` (``"10-20,30"``: ranges inclusive, comma-separated; or
+    one step, or steps), in the table's order, its metadata kept. A step the table does not hold is a
+    :class:`~rollaudit.UsageError` that names the steps it holds; a range need only overlap them.
+
+    >>> t = make_table(reward=[1.0, 2.0, 3.0], prompt=[0, 0, 0], step=[1, 2, 3])
+    >>> select_steps(t, "2-3").column("reward").to_pylist()
+    [2.0, 3.0]
+    """
+    from ._errors import UsageError
+
+    ranges = parse_steps(steps)
+    held = pc.unique(table.column(STEP)).to_pylist()
+    absent = [(first, last) for first, last in ranges if not any(first <= step <= last for step in held)]
+    if absent:
+        holds = f"it holds {steps_text(held)}" if held else "it holds no step"
+        many = len(absent) > 1 or absent[0][0] != absent[0][1]
+        named = ", ".join(str(first) if first == last else f"{first}-{last}" for first, last in absent)
+        raise UsageError(f"{'steps' if many else 'step'} {named} {'are' if many else 'is'} not in the dump ({holds})")
+    column = table.column(STEP)
+    keep = None
+    for first, last in ranges:
+        inside = pc.and_(pc.greater_equal(column, first), pc.less_equal(column, last))
+        keep = inside if keep is None else pc.or_(keep, inside)
+    return table.filter(keep)
+
+
+def key_matches(column: pa.Array | pa.ChunkedArray, key: str | int, what: str = "prompt") -> pa.Array | pa.ChunkedArray:
+    """Which rows of a key column (``prompt``, ``trajectory``) hold ``key``, compared as the text a report prints:
+    ``7`` and ``"7"`` both name the int key 7; a string key matches as written, or as printed (whitespace runs
+    as one space, control characters as escapes), or cut short and ended with ``…`` as a table shows a long key,
+    when it starts one key only. A key no row holds is a :class:`~rollaudit.UsageError` that
+    names a few keys there are (``what``: the kind of key, as the line calls it)."""
+    from ._errors import UsageError, did_you_mean, visible
+
+    wanted = str(key)
+    present = [value for value in pc.unique(column).to_pylist() if value is not None]
+    matched = [value for value in present if str(value) == wanted]
+    printed = {value: visible(" ".join(str(value).split())) for value in present} if not matched else {}
+    if not matched:
+        matched = [value for value, text in printed.items() if text == wanted]
+    if not matched and wanted.endswith("…") and len(wanted) > 1:  # a long key as a table shows it, cut short
+        matched = [value for value, text in printed.items() if text.startswith(wanted[:-1])]
+        if len(matched) > 1:
+            raise UsageError(
+                f"{what} {visible(wanted)!r} is the start of {len(matched):,} keys",
+                expected="more of the key, or all of it",
+            )
+    if not matched:
+        texts = sorted((str(value) for value in present), key=lambda text: (len(text), text))
+        few = texts if len(texts) <= 6 else [*texts[:5], "..."]
+        named = f"it has {len(present):,}: {', '.join(_shortened(visible(' '.join(text.split()))) for text in few)}"
+        raise UsageError(
+            f"{what} {visible(wanted)!r} is not in the dump{did_you_mean(wanted, texts[:10_000])} "
+            f"({named if present else 'it has none'})"
+        )
+    return pc.is_in(column, pa.array(matched, column.type))
+
+
+def _shortened(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
+
+
+def select_prompt(table: pa.Table, key: str | int) -> pa.Table:
+    """The rows of ``table`` whose prompt key is ``key`` (compared as the text the report prints: see
+    :func:`key_matches`; a string key cut short and ended with ``…``, as a table shows it, names the one key it
+    starts), in the table's order, its metadata kept.
+
+    >>> t = make_table(reward=[1.0, 2.0, 3.0], prompt=["a", "b", "a"])
+    >>> select_prompt(t, "a").column("reward").to_pylist()
+    [1.0, 3.0]
+    """
+    return table.filter(key_matches(table.column(PROMPT), key))

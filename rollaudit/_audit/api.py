@@ -16,7 +16,18 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import SchemeError
-from .._table import PROMPT, TRAJECTORY, facts_in, found_in, loaded_formats, notes_in, validate_table
+from .._table import (
+    PROMPT,
+    REWARD,
+    STEP,
+    TRAJECTORY,
+    advantage_column,
+    facts_in,
+    found_in,
+    loaded_formats,
+    notes_in,
+    validate_table,
+)
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
 from .presets import get_scheme, split_schemes
 from .report import RECORDED_ROW, Report
@@ -68,20 +79,25 @@ def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tup
 
 
 def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: str = "auto") -> pa.Table:
-    """One float64 advantage column per scheme, named by the scheme string as given, in row order.
+    """One float64 advantage column per scheme, in row order, named ``advantage:`` and the scheme string as given
+    (``advantage:prompt``, ``advantage:prompt(scale=none)``): no name of the table's own, so that the result joins
+    the table it comes from (``table.to_pandas().join(recompute(table).to_pandas())``).
 
     NaN marks an undefined advantage (a NaN/inf reward, or a one-member group
     under a scheme whose framework produced NaN there).
 
     >>> import rollaudit
     >>> t = rollaudit.make_table(reward=[1.0, 3.0, 5.0], prompt=[0, 0, 1])
-    >>> rollaudit.recompute(t, ["prompt(scale=none)"]).column(0).to_pylist()
+    >>> advantages = rollaudit.recompute(t, ["prompt(scale=none)"])
+    >>> advantages.column_names
+    ['advantage:prompt(scale=none)']
+    >>> advantages.column(0).to_pylist()
     [-1.0, 1.0, 0.0]
     """
     table = validate_table(table)
     resolved = resolve_schemes(schemes)
     _, values = _advantages(table, resolved, device)
-    return pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+    return pa.table({advantage_column(name): pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
 
 
 def trajectory_limit(table: pa.Table) -> str | None:
@@ -271,8 +287,10 @@ def audit(
     recorded value count as ``undefined``), and ``Report.recorded`` says which preset they come from
     (:func:`rollaudit.detect_scheme`, within ``recorded_tolerance``, fitting every candidate preset and
     the audited schemes, and ``recorded_schemes``). Without recorded advantages nothing is fitted and
-    ``Report.recorded`` is None. ``keep_advantages``: keep every scheme's advantages in
-    ``Report.advantages`` (for plots; a float64 column per scheme, in row order).
+    ``Report.recorded`` is None. ``keep_advantages``: keep every sample's advantages in ``Report.advantages``
+    (for plots and :meth:`Report.prompt`): its ``step``, ``prompt``, ``trajectory`` and ``reward``, then a
+    float64 column ``advantage:<scheme>`` per scheme (``advantage:recorded`` last, where the dump records
+    advantages), in row order.
 
     ``Report.trained_with`` says which scheme the run trained with: the preset the recorded advantages match,
     else ``trained_with`` (the scheme the caller names), else the loader's default preset for the dump's
@@ -328,11 +346,15 @@ def audit(
         info=info,
         detection=computed.detection,
         step_groups=step_groups,
-        advantages=(
-            pa.table({name: pa.array(tensor.cpu().numpy()) for name, tensor in computed.values.items()})
-            if keep_advantages
-            else None
-        ),
+        advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
+    )
+
+
+def _kept_advantages(table: pa.Table, values: dict[str, torch.Tensor]) -> pa.Table:
+    """``Report.advantages``: each sample's keys and reward, named as in the table, then its advantages."""
+    keys = {name: table.column(name) for name in (STEP, PROMPT, TRAJECTORY, REWARD)}
+    return pa.table(
+        {**keys, **{advantage_column(name): pa.array(tensor.cpu().numpy()) for name, tensor in values.items()}}
     )
 
 
@@ -408,7 +430,7 @@ def _info(table: pa.Table, encoded: Encoded) -> dict[str, Any]:
     info: dict[str, Any] = {
         "samples": int(encoded.rows),
         "steps": int(encoded.steps),
-        "step_values": [int(step) for step in encoded.step_values],
+        "step_values": np.asarray(encoded.step_values, dtype=np.int64).tolist(),
         "prompts": 0,
         "trajectories": 0,
         "with_prompt_key": int(table.num_rows - table.column(PROMPT).null_count),

@@ -107,7 +107,7 @@ def check_siblings(enc: Encoded, scheme: Scheme, units: Units) -> None:
     rewards = ", ".join(f"{float(enc.reward[index]):g}" for index in (head, row))
     raise SchemeError(
         f"{scheme.name or 'scheme'}: trajectory {trajectory!r} (prompt {prompt!r}, step {step}) has samples with "
-        f"different rewards: rows {head} and {row} have {rewards}",
+        f"different rewards: rows {head + 1} and {row + 1} have {rewards}",
         expected="one reward shared by every sample of a trajectory",
     )
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from .._json import json_object
+from .._errors import UsageError
+from .._json import json_object, json_records
+from .._table import ADVANTAGE_PREFIX, PROMPT, REWARD, STEP, TRAJECTORY, key_matches
 from .trained import TrainedWith
 
 if TYPE_CHECKING:
@@ -17,9 +21,52 @@ if TYPE_CHECKING:
     from .fit import Detection
 
 SCHEMA_VERSION = 1
+_READY = ("per_step", "step_groups")  # JSON-ready as built: not walked again
 RECORDED_ROW = "recorded"
 """The name of the row (of ``summary``, ``per_step``, the per-prompt columns) that audits the advantages
 recorded in the dump; no scheme may take it."""
+
+
+class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
+    """``Report.per_step`` as JSON-ready ``{step: {scheme: {metric: value}}}``, steps in the order they first
+    appear; its items are built a few thousand steps at a time, column by column (int counts stay ints)."""
+
+    CHUNK_STEPS = 4096
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        steps = frame.index.get_level_values(0)
+        codes, uniques = pd.factorize(steps)
+        self._steps = [str(step) for step in uniques.tolist()]
+        self._order = np.argsort(codes, kind="stable")
+        self._bounds = np.searchsorted(codes[self._order], np.arange(len(self._steps) + 1))
+        self._frame = frame
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._steps)
+
+    def __getitem__(self, step: str) -> dict[str, dict[str, Any]]:
+        for key, rows in self._chunk(0, len(self._steps)):
+            if key == step:
+                return rows
+        raise KeyError(step)
+
+    def items(self) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:  # type: ignore[override]
+        for start in range(0, len(self._steps), self.CHUNK_STEPS):
+            yield from self._chunk(start, min(start + self.CHUNK_STEPS, len(self._steps)))
+
+    def _chunk(self, first: int, last: int) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+        rows = self._order[self._bounds[first] : self._bounds[last]]
+        part = self._frame.iloc[rows]
+        records = json_records(part)
+        schemes = [str(scheme) for scheme in part.index.get_level_values(1).tolist()]
+        sizes = np.diff(self._bounds[first : last + 1]).tolist()
+        at = 0
+        for step, size in zip(self._steps[first:last], sizes, strict=True):
+            yield step, dict(zip(schemes[at : at + size], records[at : at + size], strict=True))
+            at += size
 
 
 @dataclass
@@ -41,8 +88,14 @@ class Report:
     ``summary``, ``per_step`` and the per-prompt columns), which ``schemes``
     does not list: it is not a scheme one can recompute.
 
-    ``advantages``: every scheme's advantages (a float64 column per scheme,
-    in row order), when the audit was asked to keep them, else None.
+    ``advantages``: when the audit was asked to keep them (else None), a
+    table in row order: each sample's ``step``, ``prompt``, ``trajectory``
+    and ``reward`` (named and typed as in the audited table, so that it
+    joins it or groups by its keys alone), then one float64 column per
+    scheme, ``advantage:<scheme>`` (``advantage:recorded`` for the recorded
+    advantages): no advantage column can take a key's name.
+    :meth:`prompt` shows one prompt's samples from it;
+    :meth:`advantages_by_scheme` gives the advantages by scheme name.
 
     ``trained_with``: which scheme the run itself trained with and on what
     evidence (a :class:`~rollaudit._audit.trained.TrainedWith`).
@@ -91,6 +144,44 @@ class Report:
         """Which scheme the recorded advantages come from, JSON-ready (:meth:`Detection.to_dict`), or None."""
         return None if self.detection is None else self.detection.to_dict()
 
+    def advantages_by_scheme(self) -> dict[str, Any]:
+        """The kept advantages as ``{scheme: float64 numpy array}`` in row order (``recorded`` last, when the dump
+        records advantages), without the keys; UsageError when the audit kept none."""
+        advantages = self._kept()
+        return {
+            name.removeprefix(ADVANTAGE_PREFIX): advantages.column(name).to_numpy()
+            for name in advantages.column_names
+            if name.startswith(ADVANTAGE_PREFIX)
+        }
+
+    def prompt(self, key: str | int) -> pd.DataFrame:
+        """One prompt's samples side by side, in row order: each sample's ``step``, ``trajectory`` and ``reward``,
+        then its advantage under each scheme (``advantage:<scheme>``, the reference's first, then
+        ``advantage:recorded`` where the dump records advantages). ``key`` is compared as the text the report
+        prints (``7`` or ``"7"``; a long key as a table cuts it, ending in ``…``); a key the dump does not hold is
+        a UsageError naming a few it does. Needs the advantages kept
+        (``rollaudit.audit(..., keep_advantages=True)``). The frame's ``attrs`` hold the ``prompt`` key and the
+        ``reference``, for the renderers.
+        """
+        import pyarrow as pa
+
+        advantages = self._kept()
+        rows = advantages.filter(key_matches(advantages.column(PROMPT), key))
+        schemes = [self.reference, *(name for name in self.schemes if name != self.reference)]
+        if f"{ADVANTAGE_PREFIX}{RECORDED_ROW}" in rows.column_names:
+            schemes.append(RECORDED_ROW)
+        columns = [STEP, TRAJECTORY, REWARD, *(f"{ADVANTAGE_PREFIX}{scheme}" for scheme in schemes)]
+        # Int keys stay ints where some sample has none (pandas would make the column float).
+        frame = rows.select(columns).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        found = rows.column(PROMPT).unique().to_pylist()
+        frame.attrs.update(prompt=found[0] if len(found) == 1 else str(key), reference=self.reference)
+        return frame
+
+    def _kept(self) -> pa.Table:
+        if self.advantages is None:
+            raise UsageError("the report holds no advantages", expected="rollaudit.audit(..., keep_advantages=True)")
+        return self.advantages
+
     def worst_steps(self, limit: int = 5) -> pd.DataFrame:
         """Steps where a scheme (or the recorded advantages) flips the most signs against the reference.
 
@@ -132,23 +223,24 @@ class Report:
         order = picked[spurious].max(axis=1).sort_values(ascending=False, kind="stable").index
         return picked.loc[order].head(limit)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready document, versioned by ``schema_version``."""
-        per_step: dict[str, dict[str, dict[str, Any]]] = {}
-        # to_dict(orient="index") keeps each column's type (iterrows would turn the int counts into floats).
-        for (step, scheme), row in self.per_step.to_dict(orient="index").items():
-            per_step.setdefault(str(step), {})[scheme] = row
+    def to_dict(self, lazy_steps: bool = False) -> dict[str, Any]:
+        """A JSON-ready document, versioned by ``schema_version``.
+
+        ``lazy_steps``: ``per_step`` as a :class:`StepRows` mapping, each step's rows made as they are read
+        (writers that stream need not hold a Python object per step and scheme of a long run)."""
+        per_step = StepRows(self.per_step)
+        step_groups = dict(zip(map(str, self.step_groups.index), json_records(self.step_groups), strict=True))
         document = {
             "schema_version": SCHEMA_VERSION,
             "reference": self.reference,
             "schemes": list(self.schemes),
             "info": self.info,
             "summary": self.summary.to_dict(orient="index"),
-            "per_step": per_step,
+            "per_step": per_step if lazy_steps else dict(per_step),
             "histograms": {
                 name: {str(size): count for size, count in sizes.items()} for name, sizes in self.histograms.items()
             },
-            "step_groups": {str(step): row for step, row in self.step_groups.to_dict(orient="index").items()},
+            "step_groups": step_groups,
             "worst_steps": self.worst_steps(10).reset_index().to_dict(orient="records"),
             "worst_prompts": self.worst_prompts().to_dict(orient="records"),
             "silent_prompts": self.silent_prompts().to_dict(orient="records"),
@@ -158,7 +250,8 @@ class Report:
         document["trained_with"] = self.trained_with.to_dict()
         document["advice"] = self.advice
         document["not_auditable"] = dict(self.not_auditable)
-        return json_object(document)
+        ready = json_object({key: value for key, value in document.items() if key not in _READY})
+        return {key: document[key] if key in _READY else ready[key] for key in document}
 
     def _repr_html_(self) -> str:
         """The HTML report in a notebook cell: verdict, tables and figures (the page ``--html`` writes)."""

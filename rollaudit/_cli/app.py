@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 try:  # typer >= 0.2x carries its own copy of click; older ones use click itself.
     from typer._click import exceptions as click_exceptions
@@ -106,8 +106,41 @@ def _error(line: str, code: int) -> int:
     return code
 
 
+class _NamedArgument(TyperArgument):
+    """An argument shown by its metavar alone: ``DUMP...``, not typer's ``{DUMP}...`` and ``DUMP <list[str]>``."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None if self.metavar else super().display_type_rich(ctx)
+
+    def display_type(self, ctx: Any) -> str:
+        return "" if self.metavar else super().display_type(ctx)
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar or self.name or ""
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
 class RollauditGroup(TyperGroup):
     """The command group; its ``main`` is the one place where exceptions become exit codes."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        for parameter in getattr(command, "params", []):
+            if type(parameter) is TyperArgument:
+                parameter.__class__ = _NamedArgument
+        return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its whole first sentence (click cuts it to the width with "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(  # type: ignore[override]
         self,

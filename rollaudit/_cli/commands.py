@@ -35,17 +35,21 @@ from .options import (
     DeviceOption,
     GateRules,
     Inputs,
+    PromptKey,
     Quiet,
     Reference,
     Schemes,
+    Steps,
     TrainedWith,
     compare_format,
     scheme_strings,
 )
 
-ADVANTAGE_PREFIX = "advantage:"
 # What the LOAD group's options make when none is given; the signature typer reads has the options instead.
 DEFAULT_LOAD = LoadOptions()
+DISTRIBUTION_ROWS = 2_000_000
+"""Up to this many samples the terminal report keeps every advantage to draw their distributions (8 bytes a
+sample and scheme, plus the keys); beyond, ``--html`` or ``--plot`` draws them."""
 DEFAULT_RULES: GateRules = {}
 
 
@@ -97,6 +101,8 @@ def compare(
     top: Annotated[
         int, typer.Option("--top", min=0, metavar="N", help="How many prompts each prompt table shows.")
     ] = 5,
+    steps: Steps = None,
+    prompt: PromptKey = None,
     quiet: Quiet = False,
 ) -> None:
     """Recompute advantages under several schemes and show how far each is from the reference.
@@ -109,6 +115,7 @@ def compare(
       rollaudit compare run/rollout_data/                       # a whole run, one batch per step
       rollaudit compare dump.pt -s 'batch,verl-grpo' -r prompt  # framework presets against GRPO
       rollaudit compare run/ --markdown -o report.md --html report.html --plot figures/
+      rollaudit compare run/ --steps 10-20,30 --prompt 17         # some steps; one prompt's samples
     """
     chosen = compare_format(output_format, as_json=as_json, as_markdown=as_markdown)
     from .._output import prepare_output
@@ -123,20 +130,32 @@ def compare(
     rollaudit.get_scheme(reference)
     if trained_with is not None:
         rollaudit.get_scheme(trained_with)
+    if steps is not None:
+        rollaudit.parse_steps(steps)  # a typo is named before anything is loaded
     loaded = load_inputs(inputs, load, quiet=quiet)
-    with audit_status(loaded.table.num_rows, len(names), quiet):
+    table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
+    if prompt is not None:
+        rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
+    with audit_status(table.num_rows, len(names), quiet):
         report = rollaudit.audit(
-            loaded.table,
+            table,
             schemes=names,
             reference=reference,
             device=device.value,
-            keep_advantages=plot is not None or html_file is not None,
+            keep_advantages=plot is not None
+            or html_file is not None
+            or prompt is not None
+            or (chosen == "terminal" and table.num_rows <= DISTRIBUTION_ROWS),
             trained_with=trained_with,
         )
     from .._render.registry import COMPARE_RENDERERS
 
     loaded.summary["command_seconds"] = command_seconds()
     rendered = COMPARE_RENDERERS[chosen](report, loaded.summary, top=top)
+    if prompt is not None:
+        from .._render.prompt_view import with_prompt
+
+        rendered = with_prompt(chosen, rendered, report.prompt(prompt))
     if isinstance(rendered, str):
         write_text(rendered, output_path, quiet)
     elif output_path is None:
@@ -147,7 +166,7 @@ def compare(
     if html_path is not None:
         from .._render.html import render_html
 
-        write_text(render_html(report, loaded.summary, top=max(top, 10)), html_path, quiet)
+        write_text(render_html(report, loaded.summary, top=max(top, 10), prompt=prompt), html_path, quiet)
     if plot_directory is not None:
         from .._render.plots import write_plots
 
@@ -234,12 +253,11 @@ def convert(
     if names:
         import rollaudit
 
-        advantages = rollaudit.recompute(table, names, device=device.value)
-        for name in advantages.column_names:
-            column = f"{ADVANTAGE_PREFIX}{name}"
+        advantages = rollaudit.recompute(table, names, device=device.value)  # named advantage:<scheme>
+        for column in advantages.column_names:
             if column in table.column_names:
                 raise UsageError(f"the table already has a column {column!r}", expected="a dump without it")
-            table = table.append_column(column, advantages.column(name))
+            table = table.append_column(column, advantages.column(column))
     target.write(lambda temporary: write_table_file(table, temporary, extension))
     echo_status(f"wrote {output}: {table.num_rows:,} rows, {table.num_columns} columns", quiet)
 

@@ -80,6 +80,27 @@ TrainedWith = Annotated[
     ),
 ]
 DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
+Steps = Annotated[
+    str | None,
+    typer.Option(
+        "--steps",
+        metavar="STEPS",
+        help="Audit only these steps: steps and inclusive ranges, comma-separated, e.g. 10-20,30.",
+        show_default=False,
+    ),
+]
+PromptKey = Annotated[
+    str | None,
+    typer.Option(
+        "--prompt",
+        metavar="KEY",
+        help=(
+            "Also show this prompt's samples: each one's step, trajectory, reward and advantage under every scheme "
+            "(KEY as the report prints it)."
+        ),
+        show_default=False,
+    ),
+]
 ConfigFile = Annotated[
     Path | None,
     typer.Option(

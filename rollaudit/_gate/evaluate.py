@@ -197,7 +197,7 @@ def _first_row_where(mask: Any) -> int:
 def _row_place(table: pa.Table, row: int) -> str:
     step = table.column(STEP)[row].as_py()
     position = table.column(POSITION)[row].as_py()
-    return f"row {row} (step {step}, position {position})"
+    return f"row {row + 1} (step {step}, position {position})"  # counted from 1, as every row rollaudit names
 
 
 def _key_result(rule: RequireRule, table: pa.Table, column: str, what: str) -> RuleResult:

@@ -2,8 +2,11 @@
 
 One self-contained page: the CSS, the one small script and every figure (inline SVG) are in the file, so it
 opens offline, attaches to a ticket and never fetches anything. Without scripts it is the same report; the
-script only makes the prompt and step tables sortable. The layout reflows to a phone's width: wide tables
-scroll inside their own box, figures scale down.
+script only makes the prompt and step tables sortable. The layout reflows to any width, the page never
+scrolling sideways: column headers wrap so that tables fit (a table still too wide scrolls inside its own box),
+and each figure's panels are separate SVGs in a grid, side by side on a wide screen and one under the other on a
+phone, so that their text stays legible. Sizes follow the report's own width (a container query), so a notebook
+cell narrower than the window gets the narrow layout too.
 
 Every string from a dump (prompt keys, scheme strings, file names) goes through :func:`text`, which escapes
 HTML and shows control characters as ``\\xNN``, so no dump can add markup, script or terminal escapes.
@@ -42,35 +45,43 @@ from .text import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .._audit.report import Report
 
 _STYLE = """
 .rollaudit{--bad:#b8321a;--warn:#8a6d00;--ok:#1d6b2f;--rule:#d0d4da;--muted:#5b6470;--band:#f4f6f8;
- font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1b1f24;max-width:1180px;
- margin:0 auto;padding:16px}
+ font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1b1f24;max-width:1640px;
+ margin:0 auto;padding:16px;box-sizing:border-box;container-type:inline-size;overflow-wrap:anywhere}
+.rollaudit *{box-sizing:border-box}
 .rollaudit h1{font-size:1.45em;margin:0 0 .2em}.rollaudit h2{font-size:1.15em;margin:1.6em 0 .5em;
  border-bottom:1px solid var(--rule);padding-bottom:.2em}
 .rollaudit p,.rollaudit li{margin:.25em 0}.rollaudit code{font:.92em ui-monospace,Menlo,Consolas,monospace;
  background:var(--band);padding:0 .25em;border-radius:3px;overflow-wrap:anywhere}
-.rollaudit .muted{color:var(--muted)}.rollaudit .source{font-weight:600;overflow-wrap:anywhere}
+.rollaudit .muted{color:var(--muted)}.rollaudit .source{font-weight:600}
 .rollaudit .verdict{background:var(--band);border-left:4px solid var(--bad);padding:.6em 1em;margin:1em 0}
 .rollaudit .verdict.clean{border-left-color:var(--ok)}.rollaudit .verdict ul{margin:.3em 0;padding-left:1.2em}
 .rollaudit .scroll{overflow-x:auto;max-width:100%}
-.rollaudit table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.3em 0}
+.rollaudit table{border-collapse:collapse;font-variant-numeric:tabular-nums;margin:.3em 0;table-layout:auto;
+ width:auto;overflow-wrap:normal}
 .rollaudit th,.rollaudit td{padding:.25em .6em;border-bottom:1px solid var(--rule);text-align:right;
  white-space:nowrap}
+.rollaudit thead th{white-space:normal;hyphens:manual;min-width:3.2em}
 .rollaudit th:first-child,.rollaudit td:first-child{text-align:left;white-space:normal;
- overflow-wrap:anywhere;min-width:8em;max-width:22em;position:sticky;left:0;background:#fff}
+ overflow-wrap:break-word;min-width:5.5em;max-width:22em;position:sticky;left:0;background:#fff}
 .rollaudit thead th:first-child{background:var(--band)}
 .rollaudit thead th{background:var(--band);font-weight:600;vertical-align:bottom}
 .rollaudit tr.reference td{color:var(--muted)}.rollaudit td.bad{color:var(--bad);font-weight:600}
 .rollaudit .notes li{color:var(--warn)}.rollaudit figure{margin:.6em 0}
-.rollaudit figure svg{max-width:100%;height:auto;display:block}
-.rollaudit figcaption{color:var(--muted);font-size:.9em}
+.rollaudit .panels{display:grid;gap:.5em 1em;grid-template-columns:repeat(auto-fill,minmax(min(100%,340px),1fr))}
+.rollaudit .panels svg{width:100%;height:auto;display:block}
+.rollaudit figcaption{color:var(--muted);font-size:.9em}.rollaudit figcaption b{color:#1b1f24}
 .rollaudit table.sortable th button{all:unset;cursor:pointer}
 .rollaudit table.sortable th button::after{content:" \\2195";color:var(--muted)}
 .rollaudit .histograms{display:flex;flex-wrap:wrap;gap:1.5em}
 .rollaudit footer{margin-top:2em;color:var(--muted);font-size:.85em}
+@container (max-width:1000px){.rollaudit table{font-size:.93em}
+ .rollaudit th,.rollaudit td{padding:.2em .35em}}
 @media (max-width:640px){.rollaudit{font-size:14px;padding:8px}.rollaudit th,.rollaudit td{padding:.2em .35em}}
 """
 
@@ -110,7 +121,12 @@ def _code(value: Any) -> str:
 
 
 def _header_cell(name: str) -> str:
-    return f"<th scope='col'>{text(one_line_header(name))}</th>"
+    """A column header that may wrap: at its spaces and line breaks, and where a word is split by ``-\\n``
+    (a soft hyphen), so that a wide table can narrow to fit its box."""
+    words = one_line_header(name.replace("-\n", "\x00")).split("\x00")
+    # A word joiner after each "|": browsers may otherwise break "|ΔA|" after its first bar.
+    cell = "&shy;".join(text(word).replace("|", "|&#8288;") for word in words)
+    return f"<th scope='col'>{cell}</th>"
 
 
 def table(
@@ -183,13 +199,18 @@ def _metrics(report: Report) -> str:
     )
 
 
-def _figure(svgs: Mapping[str, str], name: str, caption: str) -> str:
+def _figure(svgs: Mapping[str, tuple[str, list[str]]], name: str, caption: str) -> str:
+    """A figure's panels in a grid: side by side where they fit at a legible size, one under the other where not."""
     if name not in svgs:
         return ""
-    return f"<figure>{svgs[name]}<figcaption>{text(caption)}</figcaption></figure>"
+    title, panels = svgs[name]
+    return (
+        f"<figure><figcaption><b>{text(title)}</b>. {text(caption)}</figcaption>"
+        f"<div class='panels'>{''.join(panels)}</div></figure>"
+    )
 
 
-def _histograms(report: Report, svgs: Mapping[str, str]) -> str:
+def _histograms(report: Report, svgs: Mapping[str, tuple[str, list[str]]]) -> str:
     if not report.histograms:
         return ""
     tables = []
@@ -213,12 +234,12 @@ def _recorded(report: Report) -> str:
     return f"<h2>Recorded advantages</h2><p>{text(sentence[:1].upper() + sentence[1:])}.</p>{fit}"
 
 
-def _steps(report: Report, top: int, svgs: Mapping[str, str]) -> str:
+def _steps(report: Report, top: int, svgs: Mapping[str, tuple[str, list[str]]]) -> str:
     steps = len(report.info.get("step_values", []))
     if steps < 2:
         return ""
     parts = [f"<h2>By step ({steps:,} steps)</h2>"]
-    parts.append(_figure(svgs, "per_step", "Sign-flip rate, non-zero inflation and group sizes per step."))
+    parts.append(_figure(svgs, "per_step", "Share of signs changed, non-zero inflation and group sizes per step."))
     trends = "".join(f"<li><code>{text(line)}</code></li>" for line in trend_lines(report, 120))
     parts.append(f"<ul>{trends}</ul>")
     section = trend_section(report, top)
@@ -229,29 +250,37 @@ def _steps(report: Report, top: int, svgs: Mapping[str, str]) -> str:
 
 
 def _prompts(report: Report, top: int) -> str:
+    # A section that repeats the one before it (the same prompts and counts) is its title alone.
     return "".join(
-        f"<h2>{text(title)}</h2>{table(header, rows, sortable=True)}"
-        for title, header, rows in prompt_sections(report, top)
+        f"<h2>{text(title)}</h2>{table(header, rows, sortable=True)}" if rows else f"<p>{text(title)}</p>"
+        for title, header, rows in prompt_sections(report, top, fold_repeats=True)
     )
 
 
-def _scatter(svgs: Mapping[str, str]) -> str:
+def _scatter(svgs: Mapping[str, tuple[str, list[str]]]) -> str:
     caption = (
         "Each sample's advantage under a scheme against the reference's. Red crosses: pushed the opposite way; "
         "yellow triangles: signal invented where the reference has none; blue: signal lost; grey: same sign."
     )
     figure = _figure(svgs, "advantage_scatter", caption)
-    return f"<h2>Sample by sample</h2>{figure}" if figure else ""
+    distribution = _figure(
+        svgs,
+        "advantage_distribution",
+        "How many samples get each advantage: the scheme's filled, the reference's drawn as an outline over the "
+        "same bins.",
+    )
+    return (f"<h2>Sample by sample</h2>{figure}" if figure else "") + (
+        f"<h2>Advantage distributions</h2>{distribution}" if distribution else ""
+    )
 
 
 def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int = 10, figures: bool = True) -> str:
     """The report as one ``<div class="rollaudit">`` (a notebook cell's output; the page's body)."""
-    svgs: dict[str, str] = {}
+    svgs: dict[str, tuple[str, list[str]]] = {}
     if figures:
-        from .plots import figure_svg
-        from .plots import figures as make_figures
+        from .plots import panel_svgs
 
-        svgs = {name: figure_svg(figure, name) for name, figure in make_figures(report).items()}
+        svgs = panel_svgs(report)
     load = load or {}
     found = "".join(f"<li>{text(line)}</li>" for line in found_lines(report))
     header = (
@@ -272,7 +301,7 @@ def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int 
         _prompts(report, top),
     ]
     glossary = (
-        "sign flips: samples whose advantage sign (+, 0, −) differs from the reference's; strict flips: + became − "
+        "sign changed: samples whose advantage sign (+, 0, −) differs from the reference's; reversed: + became − "
         "or back (pushed the opposite way); spurious: the reference gives 0, the scheme does not (signal "
         "invented); lost: the reverse; inflation: non-zero advantages against the reference's; cosine: "
         "length-weighted direction agreement (1 = same)."
@@ -291,10 +320,20 @@ def page(title: str, body: str) -> str:
     )
 
 
-def render_html(report: Report, load: Mapping[str, Any], top: int = 10) -> str:
-    """The whole page of ``rollaudit compare --html``."""
+def prompt_section(view: pd.DataFrame) -> str:
+    """One prompt's samples (``Report.prompt``): a heading and a sortable table."""
+    from .prompt_view import view_header, view_rows, view_title
+
+    return f"<h2>{text(view_title(view))}</h2>{table(view_header(view), view_rows(view), sortable=True)}"
+
+
+def render_html(report: Report, load: Mapping[str, Any], top: int = 10, prompt: str | None = None) -> str:
+    """The whole page of ``rollaudit compare --html``; ``prompt``: a key whose samples follow the report."""
     title = f"rollaudit: {source_line(load)}" if load.get("files") else "rollaudit report"
-    return page(title, report_body(report, load, top))
+    body = report_body(report, load, top)
+    if prompt is not None:
+        body += prompt_section(report.prompt(prompt))
+    return page(title, body)
 
 
 def notebook_html(report: Report) -> str:
@@ -302,4 +341,4 @@ def notebook_html(report: Report) -> str:
     return f"<style>{_STYLE}</style>{report_body(report, top=5)}<script>{_SCRIPT}</script>"
 
 
-__all__ = ["notebook_html", "page", "render_html", "report_body", "table", "text"]
+__all__ = ["notebook_html", "page", "prompt_section", "render_html", "report_body", "table", "text"]

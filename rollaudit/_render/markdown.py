@@ -142,7 +142,7 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
             rows = [[code(row[0]), *row[1:]] for row in fit_rows]
             lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
     if len(report.info.get("step_values", [])) > 1:
-        lines += ["**Sign-flip rate by step**", ""]
+        lines += ["**Share of signs changed, by step**", ""]
         for line in trend_lines(report):
             scheme, _, rates = line.partition(":")
             lines.append(f"- {code(scheme)}: `{rates.strip()}`")
@@ -151,7 +151,10 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     if trend is not None:
         title, header, rows = trend
         lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
-    for title, header, prompt_table_rows in prompt_sections(report, top):
+    for title, header, prompt_table_rows in prompt_sections(report, top, fold_repeats=True):
+        if not prompt_table_rows:  # the rows of the table above: said in one line
+            lines += [f"**{title}**", ""]
+            continue
         lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], prompt_table_rows), ""]
     if report.histograms:
         lines += ["<details><summary>Group sizes</summary>", ""]
@@ -162,8 +165,9 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
                 lines += [markdown_table([title.split(" / ")[0] + " per " + title.split(" / ")[1], "count"], rows), ""]
         lines += ["</details>", ""]
     lines.append(
-        "<sub>sign flips: share of samples whose advantage sign differs from the reference; strict: + became − "
-        "or back; token flips: share of response tokens on flipped samples; inflation: non-zero advantages "
+        "<sub>sign changed: share of samples whose advantage sign (+, 0 or −) differs from the reference's; "
+        "reversed: + became − or back, a part of those; tokens changed: share of response tokens on samples "
+        "whose sign changed; inflation: non-zero advantages "
         "against the reference's; spurious: samples the reference gives 0 that got an advantage; lost: the "
         "reverse; cosine: length-weighted direction agreement (1 = same).</sub>"
     )

@@ -6,6 +6,7 @@ terminal's width, and say which they hid.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from .._audit.report import RECORDED_ROW
 from .._errors import log_safe, visible
+from .distributions import distribution_lines
 from .text import (
     HISTOGRAM_TITLES,
     KEY_WIDTH,
@@ -53,7 +54,6 @@ from .text import (
 if TYPE_CHECKING:
     from .._audit.report import Report
 
-_FOLDED_FIRST_COLUMN = 16
 # A first column folded narrower than this is harder to read than a hidden column.
 _FIRST_COLUMN_FLOOR = 14
 
@@ -68,11 +68,42 @@ def _histogram_grid(report: Report) -> RenderableType:
     return grid
 
 
+# Where a title or caption may break: after a colon or semicolon, before a parenthesis. A phrase stays whole.
+_PHRASE_BREAKS = re.compile(r"(?<=: )|(?<=; )|(?= \()")
+
+
+@dataclass
+class Phrases:
+    """Lines of text that wrap at the console's width between phrases, never inside one ("(top 5)" stays
+    together); a phrase wider than the console wraps between its words."""
+
+    phrases: list[str]
+    style: str = ""
+
+    @classmethod
+    def of(cls, text: str, style: str = "") -> Phrases:
+        return cls([phrase for phrase in _PHRASE_BREAKS.split(text) if phrase], style)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        line = ""
+        for phrase in self.phrases:
+            if line.strip() and cell_len(line + phrase.rstrip()) > options.max_width:
+                yield Text(line.rstrip(), style=self.style)
+                line = phrase.lstrip()
+            else:
+                line += phrase
+        if line.strip():
+            yield Text(line.rstrip(), style=self.style)
+
+
 @dataclass
 class FittedTable:
     """A table that drops its least important columns until it fits the console, and says which it hid.
 
-    The first column (scheme or prompt key) folds rather than vanish; the numbers never wrap.
+    Its title and caption are lines of their own at the console's width (a table's title wraps at the table's).
+    A first column of scheme names (``whole_names``) never breaks: a name too long for the width is shown as a
+    key (``[1]``) and written out in full under the table. Another first column (prompt keys) folds rather than
+    vanish. The numbers never wrap.
     """
 
     title: str
@@ -82,31 +113,41 @@ class FittedTable:
     row_styles: list[str | None] = field(default_factory=list)
     caption: str | None = None
     first_max_width: int | None = None
+    whole_names: bool = False
 
-    def build(self, hidden: frozenset[str] = frozenset(), first_width: int | None = None) -> Table:
-        """The table without the ``hidden`` columns, its first column at most ``first_width`` wide."""
+    def _keyed_rows(self) -> tuple[list[list[str | Text]], list[str]]:
+        """The rows with each scheme name longer than the fold floor replaced by a key, and the legend lines."""
+        rows: list[list[str | Text]] = []
+        legend: list[str] = []
+        for row in self.rows:
+            label = row[0]
+            name = label.plain if isinstance(label, Text) else label
+            scheme = name.removesuffix(" (ref)")
+            if cell_len(scheme) <= _FIRST_COLUMN_FLOOR:
+                rows.append(list(row))
+                continue
+            legend.append(f"[{len(legend) + 1}] {scheme}")
+            key = Text(f"[{len(legend)}]", style=label.style if isinstance(label, Text) else "")
+            if scheme != name:
+                key += Text(" (ref)", style="dim")
+            rows.append([key, *row[1:]])
+        return rows, legend
+
+    def build(self, hidden: frozenset[str] = frozenset(), first_width: int | None = None, keyed: bool = False) -> Table:
+        """The table without the ``hidden`` columns, its first column at most ``first_width`` wide (scheme names
+        as keys when ``keyed``)."""
         keep = [position for position, name in enumerate(self.header) if name not in hidden]
-        caption = self.caption
-        if hidden:
-            shown = ", ".join(one_line_header(name) for name in self.header if name in hidden)
-            caption = (caption + "\n" if caption else "") + f"hidden at this width: {shown}"
-        table = Table(
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 1),
-            title=self.title,
-            title_justify="left",
-            caption=caption,
-            caption_justify="left",
-        )
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
         limits = [width for width in (self.first_max_width, first_width) if width is not None]
         for position in keep:
-            if position == 0:
+            if position == 0 and self.whole_names:
+                table.add_column(self.header[0], no_wrap=True)
+            elif position == 0:
                 table.add_column(self.header[0], overflow="fold", max_width=min(limits) if limits else None)
             else:
                 table.add_column(self.header[position], justify="right", no_wrap=True)
-        for index, row in enumerate(self.rows):
+        rows = self._keyed_rows()[0] if keyed else self.rows
+        for index, row in enumerate(rows):
             style = self.row_styles[index] if index < len(self.row_styles) else None
             # Text(), not markup: a cell may hold a prompt key, and '[link=...]' from a dump must stay text.
             table.add_row(
@@ -114,26 +155,56 @@ class FittedTable:
             )
         return table
 
+    def _with_lines(self, table: Table, hidden: frozenset[str], keyed: bool) -> list[RenderableType]:
+        parts: list[RenderableType] = [Phrases.of(self.title, "bold")] if self.title else []
+        parts.append(table)
+        if self.caption:
+            parts.append(Phrases.of(self.caption))
+        if hidden:
+            shown = [one_line_header(name) for name in self.header if name in hidden]
+            parts.append(Phrases(["hidden at this width: ", *(f"{name}, " for name in shown[:-1]), shown[-1]]))
+        if keyed:
+            parts += [Text(line, no_wrap=True, overflow="fold") for line in self._keyed_rows()[1]]
+        return parts
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         unbounded = options.update_width(10_000)
-        first_natural = max(cell_len(str(value)) for value in [self.header[0], *(row[0] for row in self.rows)])
+
+        def fits(table: Table) -> int:
+            return console.measure(table, options=unbounded).maximum - options.max_width
+
+        first_natural = max(cell_len(_plain(value)) for value in [self.header[0], *(row[0] for row in self.rows)])
         if self.first_max_width is not None:
             first_natural = min(first_natural, self.first_max_width)
-        # Fold a long first column (scheme strings, prompt keys) as far as it stays readable; past that,
-        # drop the least important columns one at a time.
+        can_key = self.whole_names and bool(self._keyed_rows()[1])
+        # Fold a long first column (prompt keys) as far as it stays readable, or show long scheme names as keys;
+        # past that, drop the least important columns one at a time.
         hidden: frozenset[str] = frozenset()
         for name in [None, *self.drop_order]:
             if name is not None:
                 hidden = hidden | {name}
             table = self.build(hidden)
-            excess = console.measure(table, options=unbounded).maximum - options.max_width
+            excess = fits(table)
             if excess <= 0:
-                yield table
+                yield from self._with_lines(table, hidden, keyed=False)
                 return
-            if first_natural - excess >= _FIRST_COLUMN_FLOOR:
-                yield self.build(hidden, first_width=first_natural - excess)
+            if can_key:
+                keyed = self.build(hidden, keyed=True)
+                if fits(keyed) <= 0:
+                    yield from self._with_lines(keyed, hidden, keyed=True)
+                    return
+            elif not self.whole_names and first_natural - excess >= _FIRST_COLUMN_FLOOR:
+                table = self.build(hidden, first_width=first_natural - excess)
+                yield from self._with_lines(table, hidden, keyed=False)
                 return
-        yield self.build(hidden, first_width=_FIRST_COLUMN_FLOOR)
+        if self.whole_names:
+            yield from self._with_lines(self.build(hidden, keyed=can_key), hidden, keyed=can_key)
+        else:
+            yield from self._with_lines(self.build(hidden, first_width=_FIRST_COLUMN_FLOOR), hidden, keyed=False)
+
+
+def _plain(value: str | Text) -> str:
+    return value.plain if isinstance(value, Text) else str(value)
 
 
 def metrics_table(report: Report) -> FittedTable:
@@ -159,51 +230,45 @@ def metrics_table(report: Report) -> FittedTable:
         rows.append([label, *cells])
         styles.append("dim" if is_reference else None)
     return FittedTable(
-        title=f"Advantages against the reference [bold]{escape(report.reference)}[/bold]",
+        title=f"Advantages against the reference {report.reference}",
         header=["scheme", *(header for header, _, _ in columns)],
         rows=rows,
         row_styles=styles,
         caption=caption,
         drop_order=list(_METRIC_DROP_ORDER),
+        whole_names=True,
     )
 
 
-# The summary columns a narrow terminal loses first. Strict flips (reversals) and spurious (invented signal)
-# answer "how wrong": they go last, and the scheme column never.
+# The summary columns a narrow terminal loses first. Reversals and spurious (invented signal) answer "how
+# wrong": they go last, and the scheme column never.
 _METRIC_DROP_ORDER = (
     "lost",
     "unde-\nfined",
     "max\n|ΔA|",
     "cosine",
     "mean\n|ΔA|",
-    "token\nflips",
+    "tokens\nchanged",
     "non-\nzero",
     "infla-\ntion",
-    "sign\nflips",
+    "sign\nchanged",
     "spurious",
-    "strict\nflips",
+    "re-\nversed",
 )
 
 
-def _split_scheme(header: str) -> str:
-    """``'trajectory(representative=max)\\nflips'`` -> the scheme's options on a line of their own."""
-    scheme, newline, rest = header.rpartition("\n")
-    if not newline or len(scheme) <= _FOLDED_FIRST_COLUMN or "(" not in scheme:
-        return header
-    name, _, options = scheme.partition("(")
-    return f"{name}\n({options}\n{rest}"
-
-
-def _prompt_table(title: str, header: list[str], rows: list[list[str]], reference: str) -> FittedTable:
-    # Narrow terminals lose the per-scheme mean advantages first, then the reference's, then the trajectory count.
+def _prompt_table(
+    title: str, header: list[str], rows: list[list[str]], reference: str, trained: str | None
+) -> FittedTable:
+    # Narrow terminals lose the per-scheme mean advantages first, then the reference's, then the trajectory count,
+    # then the counts of the schemes after the first (the run's own row last). A scheme name in a header stays
+    # whole, on a line of its own.
     means = [name for name in header if name.endswith("\nĀ") and not name.startswith(f"{reference}\n")]
-    drop_order = [_split_scheme(name) for name in [*reversed(means), f"{reference}\nĀ", "traj."]]
+    counts = [name for name in header if "\n" in name and not name.endswith(("\nĀ", "\nreward"))]
+    later = sorted(reversed(counts[1:]), key=lambda name: name.startswith(f"{trained}\n"))
+    drop_order = [*reversed(means), f"{reference}\nĀ", "traj.", *later]
     return FittedTable(
-        title=title,
-        header=[_split_scheme(name) for name in header],
-        rows=list(rows),
-        drop_order=drop_order,
-        first_max_width=KEY_WIDTH,
+        title=title, header=list(header), rows=list(rows), drop_order=drop_order, first_max_width=KEY_WIDTH
     )
 
 
@@ -220,8 +285,8 @@ def _recorded_renderables(report: Report) -> list[RenderableType]:
         return [sentence]
     styles: list[str | None] = [("green" if matched else None), *([None] * (len(rows) - 1))]
     # The title on a line of its own: as a table title it would wrap to the width of this narrow table.
-    table = FittedTable(title="", header=header, rows=list(rows), row_styles=styles, first_max_width=KEY_WIDTH + 16)
-    return [sentence, Text(""), Text(title), table]
+    table = FittedTable(title=title, header=header, rows=list(rows), row_styles=styles, whole_names=True)
+    return [sentence, Text(""), table]
 
 
 def _verdict(report: Report) -> RenderableType:
@@ -266,6 +331,8 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     if report.histograms:
         parts += [_histogram_grid(report), Text("")]
     parts.append(metrics_table(report))
+    if report.advantages is not None:
+        parts += [Text(""), _Distributions(report)]
     for line in notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     if report.recorded is not None:
@@ -275,27 +342,46 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     trend = trend_section(report, top)
     if trend is not None:
         title, header, rows = trend
-        labels = [_split_scheme(name) for name in header]
-        # Narrow terminals lose the inflation columns first (last scheme first), then the group sizes.
-        inflations = [name for name in labels if name.endswith("inflation")]
-        drop_order = [*reversed(inflations), labels[3]]
-        parts += [Text(""), FittedTable(title=title, header=labels, rows=rows, drop_order=drop_order)]
-    for title, header, rows in prompt_sections(report, top):
-        parts += [Text(""), _prompt_table(title, header, rows, report.reference)]
+        # Narrow terminals lose the inflation columns first (last scheme first), then the group sizes, then the
+        # sign changes of all schemes but the first.
+        inflations = [name for name in header if name.endswith("inflation")]
+        changes = [name for name in header if name.endswith("\nchanged")]
+        drop_order = [*reversed(inflations), header[3], *reversed(changes[1:])]
+        parts += [Text(""), FittedTable(title=title, header=header, rows=rows, drop_order=drop_order)]
+    for title, header, rows in prompt_sections(report, top, fold_repeats=True):
+        if rows:
+            parts += [Text(""), _prompt_table(title, header, rows, report.reference, report.trained_row)]
+        else:
+            parts += [Text(""), Phrases.of(title, "bold")]
     return Group(*parts)
 
 
 @dataclass
 class _Trends:
-    """Each scheme's sign-flip rate by step, one sparkline a scheme, as wide as the console allows."""
+    """Each scheme's share of changed signs by step, one sparkline a scheme, as wide as the console allows."""
 
     report: Report
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         steps = len(self.report.info.get("step_values", []))
-        yield Text(f"Sign-flip rate by step ({steps:,} steps)", style="bold")
+        yield Text(f"Share of signs changed, by step ({steps:,} steps)", style="bold")
         for line in trend_lines(self.report, options.max_width):
             yield Text(line)
+
+
+@dataclass
+class _Distributions:
+    """The reference's advantages and each scheme's, one histogram line each on the same bins."""
+
+    report: Report
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = distribution_lines(self.report, options.max_width)
+        if not lines:
+            return
+        yield Phrases.of("Advantage distributions: samples per bin, the same bins for every scheme", "bold")
+        for line in lines:
+            yield Text(line, no_wrap=True, overflow="crop")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

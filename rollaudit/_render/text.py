@@ -10,8 +10,10 @@ strings out, each in its own way.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -100,19 +102,37 @@ def plural(number_of: int, word: str, many: str | None = None) -> str:
     return f"{number_of:,} {word if number_of == 1 else (many or word + 's')}"
 
 
+# A key of comma-joined token ids (NeMo-RL groups by the prompt's tokens): unreadable as it is.
+_TOKEN_IDS = re.compile(r"\d+(?:,\d+){2,}")
+
+
+def token_key_label(value: str) -> str | None:
+    """``'3552,6364,...'`` (token ids) -> ``'p:1a2b3c (12 tokens)'``: a short label that is the same for the same
+    ids in every output; None for a key that is not a list of token ids."""
+    if not _TOKEN_IDS.fullmatch(value):
+        return None
+    digest = hashlib.blake2b(value.encode(), digest_size=3).hexdigest()
+    return f"p:{digest} ({value.count(',') + 1:,} tokens)"
+
+
 def key_text(value: Any, width: int = KEY_WIDTH) -> str:
     """A prompt key, shortened to ``width`` characters (string keys can be whole prompts), escaped as every line
-    rollaudit prints is (it may start a table row)."""
-    text = "∅" if value is None else log_safe(visible(" ".join(str(value).split())))
+    rollaudit prints is (it may start a table row). Token ids show as :func:`token_key_label`."""
+    if value is None:
+        return "∅"
+    folded = " ".join(str(value).split())
+    text = token_key_label(folded) or log_safe(visible(folded))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # The summary columns: (header, metric, formatter). ``nonzero_reference`` and ``compared`` go in the caption.
-# Terminal headers take two lines (``\n``) so that the default three schemes fit in 100 columns.
+# Terminal headers take two lines (``\n``) so that the default three schemes fit in 100 columns. The JSON keys
+# say "flip" for any change of sign class (0 <-> +/- included); the headers say "changed", and "reversed" for
+# the strict flips (+ became -), so that a share of changes is never read as a share of reversals.
 METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("sign\nflips", "sign_flip_rate", percent),
-    ("strict\nflips", "strict_flip_rate", percent),
-    ("token\nflips", "token_flip_rate", percent),
+    ("sign\nchanged", "sign_flip_rate", percent),
+    ("re-\nversed", "strict_flip_rate", percent),
+    ("tokens\nchanged", "token_flip_rate", percent),
     ("non-\nzero", "nonzero", count),
     ("infla-\ntion", "nonzero_inflation", ratio),
     ("spurious", "spurious_nonzero", count),
@@ -124,7 +144,7 @@ METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 
 
 def one_line_header(header: str) -> str:
-    """``'infla-\\ntion'`` -> ``'inflation'``, ``'sign\\nflips'`` -> ``'sign flips'`` (Markdown headers)."""
+    """``'infla-\\ntion'`` -> ``'inflation'``, ``'sign\\nchanged'`` -> ``'sign changed'`` (Markdown headers)."""
     return header.replace("-\n", "").replace("\n(", "(").replace("\n", " ")
 
 
@@ -231,7 +251,8 @@ def notes(report: Report) -> list[str]:
     if info.get("nonfinite_rewards"):
         shown = info.get("nonfinite_rows", [])[:5]
         more = "…" if info["nonfinite_rewards"] > len(shown) else ""
-        rows = ("row " if len(shown) == 1 and not more else "rows ") + ", ".join(str(row) for row in shown) + more
+        # Counted from 1, as every position rollaudit prints: the JSON keeps the 0-based row indices.
+        rows = ("row " if len(shown) == 1 and not more else "rows ") + ", ".join(str(row + 1) for row in shown) + more
         lines.append(
             f"{plural(info['nonfinite_rewards'], 'sample')} with a NaN or infinite reward ({rows}); "
             "left out of every statistic and comparison"
@@ -504,6 +525,10 @@ def _others(report: Report) -> list[str]:
     return others
 
 
+# The per-prompt count columns' labels: ``flips`` counts any change of sign class, as the summary's "sign changed".
+PROMPT_COUNT_LABELS = {"flips": "changed", "spurious": "spurious"}
+
+
 def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], list[list[str]]]:
     """Header and rows for a per-prompt table; ``kind`` is ``flips`` (worst) or ``spurious`` (silent)."""
     multi_step = len(report.info.get("step_values", [])) > 1
@@ -513,8 +538,9 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
     header = [*(["step"] if multi_step else []), "prompt", "samples", *(["traj."] if counted else [])]
     header += ["mean\nreward", f"{reference}\nĀ"]
     others = _others(report)
+    label = PROMPT_COUNT_LABELS[kind]
     for scheme in others:
-        header.append(f"{scheme}\n{kind}")
+        header.append(f"{scheme}\n{label}")
         header.append(f"{scheme}\nĀ")
     rows = []
     for _, prompt in prompts.iterrows():
@@ -533,8 +559,13 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
     return header, rows
 
 
-def prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) of the worst prompts and the silent prompts, empty sections (and ``top`` 0) left out."""
+def prompt_sections(
+    report: Report, top: int, fold_repeats: bool = False
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the worst prompts and the silent prompts, empty sections (and ``top`` 0) left out.
+
+    With ``fold_repeats``, silent prompts whose rows are the worst prompts' rows (the same prompts, counts and
+    means: every sign change there is invented signal) are one title with no header and no rows."""
     if report.per_prompt.empty or top <= 0:
         return []
     sections = []
@@ -553,7 +584,20 @@ def prompt_sections(report: Report, top: int) -> list[tuple[str, list[str], list
         title = f"Prompts with no learning signal that got advantages: {len(silent_all):,}" + (
             f" (top {len(shown)})" if len(shown) < len(silent_all) else ""
         )
-        sections.append((title, *prompt_rows(report, shown, "spurious")))
+        header, rows = prompt_rows(report, shown, "spurious")
+        if fold_repeats and sections and rows == sections[0][2]:
+            same = (
+                f"the {plural(len(silent_all), 'prompt')} above"
+                if len(silent_all) == len(worst_all)
+                else f"{len(silent_all):,}, the top {len(shown)} being the rows above"
+            )
+            title = (
+                f"Prompts with no learning signal that got advantages: {same}, with the same counts "
+                "(there, every sign change is invented signal)"
+            )
+            sections.append((title, [], []))
+        else:
+            sections.append((title, header, rows))
     return sections
 
 
@@ -630,7 +674,7 @@ def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[s
     schemes = [column.split(":", 1)[1] for column in worst.columns if column.startswith("sign_flip_rate:")]
     header = ["step", "samples", "prompts", "group\nsizes"]
     for scheme in schemes:
-        header += [f"{scheme}\nflips", f"{scheme}\ninflation"]
+        header += [f"{scheme}\nchanged", f"{scheme}\ninflation"]
     rows = []
     for step, row in worst.iterrows():
         sizes = "n/a"

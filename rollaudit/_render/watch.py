@@ -98,7 +98,7 @@ def summary_lines(points: Sequence[StepPoint], how: str) -> list[str]:
                 f"→ {percent(values[-1])} at step {last.step}, max {percent(max(defined))}{named}"
             )
     if trend:
-        lines.append("sign flips against the reference, per step:")
+        lines.append("share of signs changed against the reference, per step:")
         lines.extend(trend)
     worst = _worst(audited)
     if worst:
@@ -147,8 +147,8 @@ def _chart(points: Sequence[StepPoint]) -> str:
     legend = " · ".join(f"<span style='color:{colour}'>■</span> {text(name)}" for name, _, colour in series)
     return (
         f"<figure><svg viewBox='0 0 {_CHART_WIDTH} {_CHART_HEIGHT}' width='{_CHART_WIDTH}' role='img' "
-        f"aria-label='sign-flip rate per step'>{''.join(shapes)}</svg>"
-        f"<figcaption>Sign-flip rate against the reference per step: {legend}</figcaption></figure>"
+        f"aria-label='share of signs changed per step'>{''.join(shapes)}</svg>"
+        f"<figcaption>Share of signs changed against the reference, per step: {legend}</figcaption></figure>"
     )
 
 
@@ -161,11 +161,11 @@ def render_watch_html(points: Sequence[StepPoint], run: str, state: str) -> str:
         "samples",
         "prompts",
         "trained",
-        "sign flips",
+        "signs changed",
         "reversed",
         "inflation",
         "worst scheme",
-        "worst flips",
+        "worst changed",
         "gate",
     ]
     rows = [

@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -232,14 +233,67 @@ def test_to_dict_is_versioned_json():
 
 def test_repr_html_renders_the_summary():
     html = rollaudit.audit(seed_like_table())._repr_html_()
-    assert "<table" in html and "sign flips" in html and "batch" in html and "Verdict" in html
+    assert "<table" in html and "sign changed" in html and "batch" in html and "Verdict" in html
 
 
-def test_recompute_names_columns_as_given():
+def test_recompute_names_columns_by_scheme_apart_from_the_tables_own():
     table = seed_like_table()
-    out = rollaudit.recompute(table, "batch, prompt(scale=none)")
-    assert out.column_names == ["batch", "prompt(scale=none)"]
+    out = rollaudit.recompute(table, "batch, prompt, trajectory, prompt(scale=none)")
+    assert out.column_names == [
+        "advantage:batch",
+        "advantage:prompt",
+        "advantage:trajectory",
+        "advantage:prompt(scale=none)",
+    ]
     assert out.schema.field(0).type == pa.float64() and out.num_rows == table.num_rows
+    # No name of the table's own: the advantages join the rows they come from.
+    joined = table.to_pandas().join(out.to_pandas())
+    assert list(joined.columns) == [*table.column_names, *out.column_names]
+
+
+def test_kept_advantages_carry_each_samples_keys_and_reward():
+    table = rollaudit.make_table(
+        reward=[1.0, 0.0, 1.0, 1.0, 0.0],
+        prompt=["a", "a", "b", "b", "a"],
+        trajectory=[0, 1, 2, 2, 3],
+        step=[4, 4, 4, 4, 5],
+    )
+    report = rollaudit.audit(table, device="cpu", keep_advantages=True)
+    kept = report.advantages
+    assert kept.column_names == [
+        "step",
+        "prompt",
+        "trajectory",
+        "reward",
+        "advantage:batch",
+        "advantage:prompt",
+        "advantage:trajectory",
+    ]
+    for name in ("step", "prompt", "trajectory", "reward"):
+        assert kept.column(name).equals(table.column(name))
+    expected = rollaudit.recompute(table, report.schemes, device="cpu")
+    for name in expected.column_names:
+        np.testing.assert_array_equal(kept.column(name).to_numpy(), expected.column(name).to_numpy())
+    # Grouped by its own keys, with no table beside it.
+    means = kept.to_pandas().groupby(["step", "prompt"])["advantage:prompt"].sum()
+    assert means.abs().max() < 1e-12
+    assert list(report.advantages_by_scheme()) == ["batch", "prompt", "trajectory"]
+
+
+def test_a_report_without_kept_advantages_says_how_to_keep_them():
+    report = rollaudit.audit(seed_like_table(), device="cpu")
+    with pytest.raises(rollaudit.UsageError, match="keep_advantages=True"):
+        report.prompt(0)
+
+
+def test_a_misspelt_load_keyword_is_a_usage_error_naming_the_nearest():
+    uniform = Path(__file__).resolve().parents[2] / "sample_dumps" / "uniform.pt"
+    with pytest.raises(rollaudit.UsageError) as raised:
+        rollaudit.load(uniform, prompt_coll="group_index")
+    assert raised.value.line() == "load() takes no keyword 'prompt_coll' (did you mean 'prompt_col'?)"
+    with pytest.raises(rollaudit.UsageError, match=r"takes no keyword 'zzz' \(expected one of options, on_file"):
+        rollaudit.load(uniform, zzz=1)
+    assert rollaudit.load(path_or_paths=uniform, reward_key=None).num_rows == 64
 
 
 def test_unknown_device_is_an_error():
@@ -250,11 +304,11 @@ def test_unknown_device_is_an_error():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"reward": [1.0, None], "prompt": [0, 0]}, "field 'reward': row 1: is null"),
+        ({"reward": [1.0, None], "prompt": [0, 0]}, "field 'reward': row 2: is null"),
         ({"reward": [1.0, 2.0], "prompt": [0]}, "field 'prompt': has 1 values but reward has 2"),
         ({"reward": ["a", "b"], "prompt": [0, 0]}, "field 'reward': cannot read as double"),
         ({"reward": [1.0], "prompt": [1.5]}, "field 'prompt': key column has type double"),
-        ({"reward": [1.0], "prompt": [0], "response_length": [-3]}, "field 'response_length': row 0: is negative"),
+        ({"reward": [1.0], "prompt": [0], "response_length": [-3]}, "field 'response_length': row 1: is negative"),
     ],
 )
 def test_make_table_names_the_bad_field(kwargs, message):

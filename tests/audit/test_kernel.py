@@ -191,7 +191,7 @@ def test_schemes_side_by_side_equal_one_at_a_time(rows):
     together = rollaudit.recompute(table_of(rows), schemes, device="cpu")
     for scheme in schemes:
         alone = rollaudit.recompute(table_of(rows), [scheme], device="cpu").column(0).to_numpy()
-        assert together.column(scheme).to_numpy().tobytes() == alone.tobytes(), scheme
+        assert together.column(f"advantage:{scheme}").to_numpy().tobytes() == alone.tobytes(), scheme
 
 
 def _recomputes(rows, scheme) -> bool:

@@ -133,28 +133,30 @@ PRESETS_N4 = [
 def test_a_presets_own_advantages_are_detected_as_it_or_an_identical_scheme(preset, seed, shuffled):
     columns = preset_table(seed, shuffled)
     plain = rollaudit.make_table(**columns)
-    truth = column(rollaudit.recompute(plain, [preset], device="cpu"), preset)
+    truth = column(rollaudit.recompute(plain, [preset], device="cpu"), f"advantage:{preset}")
     table = rollaudit.make_table(**columns, recorded_advantage=truth)
     detection = rollaudit.detect_scheme(table, device="cpu")
     assert detection.matched and detection.fits[0].max_error == 0.0
     # A tie is honest: the recorded values cannot tell apart schemes that give the very same numbers here.
     assert preset in (detection.best_match, *detection.equivalent)
-    best = column(rollaudit.recompute(plain, [detection.best_match], device="cpu"), detection.best_match)
+    best = column(rollaudit.recompute(plain, [detection.best_match], device="cpu"), f"advantage:{detection.best_match}")
     np.testing.assert_array_equal(best, truth)
     for name in detection.equivalent:
-        np.testing.assert_array_equal(column(rollaudit.recompute(plain, [name], device="cpu"), name), truth)
+        np.testing.assert_array_equal(
+            column(rollaudit.recompute(plain, [name], device="cpu"), f"advantage:{name}"), truth
+        )
 
 
 @pytest.mark.parametrize("preset", ["trl-group(n=4)", "nemo-loo", "verl-rloo", "batch", "agl-dedup"])
 def test_float32_recorded_advantages_still_match_within_tolerance(preset):
     columns = preset_table(7, shuffled=False)
     plain = rollaudit.make_table(**columns)
-    truth = column(rollaudit.recompute(plain, [preset], device="cpu"), preset)
+    truth = column(rollaudit.recompute(plain, [preset], device="cpu"), f"advantage:{preset}")
     table = rollaudit.make_table(**columns, recorded_advantage=truth.astype(np.float32).astype(np.float64))
     detection = rollaudit.detect_scheme(table, device="cpu")
     assert detection.matched
     # Within tolerance only schemes that agree with the preset to that tolerance can be named.
-    best = column(rollaudit.recompute(plain, [detection.best_match], device="cpu"), detection.best_match)
+    best = column(rollaudit.recompute(plain, [detection.best_match], device="cpu"), f"advantage:{detection.best_match}")
     assert np.abs(best - truth).max() <= 2 * detection.allowed_error
 
 
@@ -264,7 +266,7 @@ def test_report_to_dict_best_match_is_a_scheme_recompute_accepts():
     document = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     best = document["recorded"]["best_match"]
     assert best == "trl-group(n=4)"
-    recomputed = column(rollaudit.recompute(table, [best], device="cpu"), best)
+    recomputed = column(rollaudit.recompute(table, [best], device="cpu"), f"advantage:{best}")
     recorded = column(table, "recorded_advantage")
     assert np.abs(recomputed - recorded).max() <= document["recorded"]["allowed_error"]
     assert {fit["scheme"] for fit in document["recorded"]["fits"]} >= {"prompt", "batch", "nemo-loo", best}

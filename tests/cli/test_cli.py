@@ -124,9 +124,12 @@ def test_compare_fanout_terminal_shows_header_histograms_metrics_and_worst_promp
     assert any(line.startswith("trajectory ") for line in lines)
     # worst prompts and prompts with no signal: the all-zero (30), all-one (31) and one-trajectory (29) prompts
     assert "Worst prompts: 3 of 8 prompts" in out
-    assert "Prompts with no learning signal that got advantages: 3" in out
-    silent_rows = out.split("Prompts with no learning signal")[1].splitlines()
-    assert [row.split()[0] for row in silent_rows if row[:2] in ("29", "30", "31")] == ["30", "31", "29"]
+    worst_rows = out.split("Worst prompts")[1].split("Prompts with no learning signal")[0].splitlines()
+    assert [row.split()[0] for row in worst_rows if row[:2] in ("29", "30", "31")] == ["30", "31", "29"]
+    # the silent prompts are the same three with the same counts: said in one line, not a second table
+    silent = out.split("Prompts with no learning signal that got advantages: ")[1]
+    assert silent.startswith("the 3 prompts above, with the same counts")
+    assert not any(row[:2] in ("29", "30", "31") for row in silent.splitlines())
     # fits a 100-column terminal
     assert max(len(line) for line in lines) <= 100
 
@@ -180,7 +183,7 @@ def test_compare_markdown():
     text = result.stdout
     expected = independent_batch_vs_prompt(FANOUT_FILE)
     assert text.startswith("### rollaudit: advantages against `prompt`")
-    assert "| scheme | sign flips | strict flips | token flips | nonzero | inflation |" in text
+    assert "| scheme | sign changed | reversed | tokens changed | nonzero | inflation |" in text
     flips = f"{expected['sign_flip_rate'] * 100:.1f}%"
     batch_row = next(line for line in text.splitlines() if line.startswith("| `batch` |"))
     cells = [cell.strip() for cell in batch_row.strip("|").split("|")]
@@ -748,3 +751,35 @@ def test_compare_and_gate_name_the_same_scheme_from_one_fit(dump, options, monke
     message = next(rule for rule in json.loads(gate.stdout)["rules"] if rule["kind"] == "recorded")["message"]
     named = recorded["best_match"] or recorded["fits"][0]["scheme"]
     assert f"they match {named}" in message or f"closest: {named}" in message or "match prompt" in message
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Help and positions as a person reads them.
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_help_shows_each_commands_whole_description_and_plain_metavars(columns):
+    top = run("--help", columns=columns)
+    assert top.exit_code == 0
+    commands = top.stdout.split("Commands:")[1]
+    assert "..." not in commands
+    described = " ".join(commands.split())
+    assert "compare Recompute advantages under several schemes and show how far each is from the reference." in (
+        described
+    )
+    compare = run("compare", "--help", columns=columns)
+    assert compare.exit_code == 0
+    assert "<list[str]>" not in compare.stdout and "{DUMP}" not in compare.stdout
+    assert "Usage: rollaudit compare [OPTIONS] DUMP..." in compare.stdout
+    assert compare.stdout.split("Arguments:")[1].split()[0] == "DUMP"
+
+
+def test_error_positions_count_from_one(tmp_path):
+    # The 5th data row is line 6 of a CSV (the header is line 1): both say so, counted from 1.
+    table = tmp_path / "rows.csv"
+    table.write_text("uid,reward\na,1\na,0\nb,1\nb,0\nc,high\nc,1\n")
+    message = assert_one_line_error(run("compare", table, "--prompt-col", "uid"))
+    assert "row 5" in message, message
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("uid,reward\na,1\na,0\nb,1\nb,0\nc,1,2\n")
+    assert "line 6" in assert_one_line_error(run("compare", ragged, "--prompt-col", "uid"))

@@ -60,7 +60,7 @@ def rule(document: dict, name: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Exit codes 0 and 1: the acceptance check on the bundled dumps.
+# Exit codes 0 and 1: the acceptance check on the bundled dumps.
 
 
 def test_sign_flip_bound_fails_on_fanout_with_exit_1_and_names_the_measured_rate():
@@ -232,9 +232,9 @@ def test_expect_recorded_on_a_dump_without_recorded_advantages_fails_and_says_so
 @pytest.mark.parametrize(
     ("dump", "requirement", "message"),
     [
-        (TRL, "finite-rewards", "1 of 24 rewards are NaN or inf (first: row 18"),
+        (TRL, "finite-rewards", "1 of 24 rewards are NaN or inf (first: row 19"),
         (NEMO, "no-singletons", "1 of 4 prompt groups have one sample"),
-        (VERL, "trajectory-key", "40 of 40 samples have no trajectory key (first: row 0"),
+        (VERL, "trajectory-key", "40 of 40 samples have no trajectory key (first: row 1"),
     ],
 )
 def test_each_requirement_fails_where_the_data_breaks_it_and_holds_elsewhere(dump, requirement, message):
@@ -247,7 +247,7 @@ def test_requirements_still_report_when_missing_prompt_keys_stop_the_audit(tmp_p
     table = tmp_path / "rollouts.csv"
     table.write_text("step,uid,score\n0,a,1\n0,a,0\n0,,1\n0,b,0\n")
     document = gate_json(table, "--require", "prompt-key", "--max", SIGN_FLIPS_1_PERCENT, code=1)
-    assert "1 of 4 samples have no prompt key (first: row 2" in rule(document, "require prompt-key")["message"]
+    assert "1 of 4 samples have no prompt key (first: row 3" in rule(document, "require prompt-key")["message"]
     assert "not measured" in rule(document, "max batch:sign_flip_rate")["message"]
     # Nothing to store as a baseline: said on stderr, no file written.
     result = gate(table, "--require", "prompt-key", "--write-baseline", tmp_path / "baseline.json")

@@ -34,9 +34,11 @@ def test_every_preset_equals_areals_own_values(trial, version):
     assert table.column("response_length").to_pylist() == expected["gen_tokens"].tolist()
     recomputed = rollaudit.recompute(table, [*PRESETS, "areal-stride(n=8)"], device="cpu")
     for preset, column in PRESETS.items():
-        assert_matches(f"areal: {preset} = {column}", recomputed.column(preset).to_numpy(), expected[column])
+        assert_matches(
+            f"areal: {preset} = {column}", recomputed.column(f"advantage:{preset}").to_numpy(), expected[column]
+        )
     # The stride remainder: a reward of 1 becomes 100000 (relative tolerance there).
-    stride = recomputed.column("areal-stride(n=8)").to_numpy()
+    stride = recomputed.column("advantage:areal-stride(n=8)").to_numpy()
     assert_matches(
         "areal: areal-stride(n=8) = areal_group_stride (relative)",
         stride,

@@ -40,7 +40,9 @@ def test_every_preset_equals_rllms_own_values(step):
     assert table.column("reward").to_numpy()[order].tolist() == expected["reward"].tolist()
     recomputed = rollaudit.recompute(table, list(PRESETS), device="cpu")
     for preset, column in PRESETS.items():
-        assert_matches(f"rllm: {preset} = {column}", recomputed.column(preset).to_numpy()[order], expected[column])
+        assert_matches(
+            f"rllm: {preset} = {column}", recomputed.column(f"advantage:{preset}").to_numpy()[order], expected[column]
+        )
 
 
 def test_the_run_directory_the_summary_and_what_compare_says():

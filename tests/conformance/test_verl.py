@@ -46,7 +46,9 @@ def test_every_preset_equals_verls_own_values(step, dump, presets):
     keep = ~expected["f32_degenerate"].to_numpy()
     recomputed = rollaudit.recompute(table, list(presets), device="cpu")
     for preset, column in presets.items():
-        assert_matches(f"verl: {preset} = {column}", recomputed.column(preset).to_numpy(), expected[column], keep)
+        assert_matches(
+            f"verl: {preset} = {column}", recomputed.column(f"advantage:{preset}").to_numpy(), expected[column], keep
+        )
 
 
 @pytest.mark.parametrize(("step", "dump"), [(5, "rollout_data_v1/5.jsonl"), (9, "rollout_data_v0/9.jsonl")])

@@ -128,7 +128,7 @@ def test_uint64_keys_and_steps_beyond_int64(tmp_path: Path):
     steps = tmp_path / "steps.parquet"
     pq.write_table(pa.table({"reward": [1.0, 0.0], "uid": ["a", "a"], "step": big}), steps)
     error = _load(steps)
-    assert isinstance(error, InputError) and "row 0" in str(error)
+    assert isinstance(error, InputError) and "row 1" in str(error)
 
 
 def test_a_string_view_column_passes_through_as_strings(tmp_path: Path):

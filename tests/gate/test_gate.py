@@ -243,8 +243,8 @@ def test_requirements_fail_with_counts_and_the_first_offender():
     config = gate_config(require=["trajectory-key", "finite-rewards", "no-singletons"])
     trajectory, finite, singletons = run_gate(table, config, device="cpu").results
     assert not trajectory.passed and trajectory.measured == 2
-    assert "2 of 5 samples have no trajectory key (first: row 2 (step 0, position 2))" in trajectory.message
-    assert not finite.passed and "1 of 5 rewards are NaN or inf (first: row 2" in finite.message
+    assert "2 of 5 samples have no trajectory key (first: row 3 (step 0, position 2))" in trajectory.message
+    assert not finite.passed and "1 of 5 rewards are NaN or inf (first: row 3" in finite.message
     assert not singletons.passed and "1 of 3 prompt groups have one sample (first: prompt 2 at step 0)" in (
         singletons.message
     )

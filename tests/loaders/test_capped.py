@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rollaudit._errors import InputError
 from rollaudit._loaders.arrow import capped, tables
 from rollaudit._table import arrow_array, numpy_view
 
@@ -48,10 +49,12 @@ def test_pieces_make_the_table_a_whole_read_makes(tmp_path: Path, monkeypatch):
 
 def test_the_capped_child_writes_a_table_of_several_pieces(tmp_path: Path):
     # The child reads tables.PIECE_ROWS rows at a time: over two pieces' worth of rows come back as they were.
+    # zstd: a codec the footer cannot bound, so the child reads it.
     path = tmp_path / "long.parquet"
     rows = 2 * tables.PIECE_ROWS + 123
     table = pa.table({"step": np.arange(rows) // 1000, "reward": np.linspace(0.0, 1.0, rows)})
-    pq.write_table(table, path)
+    pq.write_table(table, path, compression="zstd")
+    assert capped.read_parquet_in_bound(path, None) is None
     read = capped.read_table(path, "parquet", None)
     assert read.column("reward").num_chunks == 3
     assert read.equals(table)
@@ -63,6 +66,65 @@ def test_an_empty_parquet_file_is_one_empty_piece_with_its_columns(tmp_path: Pat
     pieces = list(tables.read_pieces(path, "parquet", ["reward"]))
     assert len(pieces) == 1 and pieces[0].num_rows == 0 and pieces[0].column_names == ["reward"]
     assert capped.read_table(path, "parquet", None).num_rows == 0
+
+
+def _no_child(monkeypatch) -> None:
+    """The capped child may walk the footer, never read the table."""
+
+    def refuse(*args):
+        raise AssertionError("the capped child was asked to read")
+
+    monkeypatch.setattr(capped._Worker, "read", refuse)
+
+
+def test_a_flat_snappy_file_is_read_in_this_process(tmp_path: Path, monkeypatch):
+    path = tmp_path / "run.parquet"
+    _run_file(path, rows=10_000, row_group=1_500)
+    _no_child(monkeypatch)
+    monkeypatch.setattr(capped, "_RUN_ROWS_PER_PIECE", 1)
+    monkeypatch.setattr(tables, "PIECE_ROWS", 3_000)  # runs of two row groups
+    read = capped.read_arrow(path, "parquet", ["step", "prompt", "reward"])
+    assert read.schema.field("prompt").type == pa.string()  # the dictionary decoded, as the child does
+    assert read.column("reward").num_chunks == 4
+    assert read.equals(pq.read_table(path).cast(read.schema))
+
+
+def test_files_the_footer_does_not_bound_are_left_to_the_child(tmp_path: Path, monkeypatch):
+    flat = pa.table({"step": np.arange(1000), "reward": np.linspace(0.0, 1.0, 1000)})
+    for name, table, compression in [
+        ("zstd", flat, "zstd"),
+        ("gzip", flat, "gzip"),
+        ("lists", flat.append_column("tokens", pa.array([[1, 2]] * 1000)), "snappy"),
+        ("struct", flat.append_column("meta", pa.array([{"a": 1}] * 1000)), "snappy"),
+    ]:
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table, path, compression=compression)
+        assert capped.read_parquet_in_bound(path, None) is None, name
+    path = tmp_path / "lists.parquet"
+    assert capped.read_parquet_in_bound(path, ["step", "reward"]).equals(flat)  # the flat columns are bounded
+    # A footer claiming more than the bound: the child reads it, and names the bound if it is passed.
+    monkeypatch.setattr(capped, "FREE_BYTES", 1000)
+    monkeypatch.setattr(capped, "BYTES_PER_FILE_BYTE", 1)
+    assert capped.read_parquet_in_bound(path, ["step", "reward"]) is None
+
+
+def test_text_decoding_past_the_bound_is_refused_before_it_is_decoded(tmp_path: Path, monkeypatch):
+    # One 200 kB text a thousand times: a few kB of dictionary page and run-length encoded indices, whose footer
+    # claims a few kB; decoded, 200 MB. Refused in this process, before any dictionary is decoded.
+    path = tmp_path / "expands.parquet"
+    long_text = pa.array(["x" * 200_000]).take(pa.array(np.zeros(1000, dtype=np.int64)))
+    pq.write_table(pa.table({"step": np.zeros(1000, dtype=np.int64), "prompt": long_text}), path)
+    assert path.stat().st_size < 100_000
+    monkeypatch.setattr(capped, "FREE_BYTES", 1 << 20)
+    _no_child(monkeypatch)
+
+    def no_decoding(table):
+        raise AssertionError("decoded before the bound was checked")
+
+    monkeypatch.setattr(tables, "decode_dictionaries", no_decoding)
+    with pytest.raises(InputError, match="decodes to more than 1 MiB of table") as error:
+        capped.read_table(path, "parquet", None)
+    assert error.value.file == str(path)
 
 
 def _pieces(count: int, rows: int = 1000):

@@ -84,7 +84,7 @@ def test_agent_lightning_export_keys_prompts_and_trajectories_apart():
     assert sorted(per_prompt.values()) == [1, 2, 3, 3]
     assert max(Counter(column(table, "trajectory")).values()) > 1  # one row per LLM call of an attempt
     values = rollaudit.recompute(table, ["prompt", "trajectory", "agl-dedup"])
-    assert values.column("prompt").to_pylist() != values.column("trajectory").to_pylist()
+    assert values.column("advantage:prompt").to_pylist() != values.column("advantage:trajectory").to_pylist()
 
 
 def test_nemo_rl_per_token_advantages_reduce_to_the_sequence_value():
@@ -144,7 +144,7 @@ def test_per_token_rewards_sum_over_the_masked_in_tokens(tmp_path: Path):
 
 def test_a_mask_of_other_lengths_is_an_error(tmp_path: Path):
     rows = [{"uid": 0, "reward": 1.0, "advantages": [1.0, 1.0], "token_mask": [1]}]
-    with pytest.raises(InputError, match=r"field 'token_mask': row 0: has 1 mask values for 2 values"):
+    with pytest.raises(InputError, match=r"field 'token_mask': row 1: has 1 mask values for 2 values"):
         rollaudit.load(write_jsonl(tmp_path / "rows.jsonl", rows))
 
 
@@ -153,7 +153,7 @@ def test_missing_rewards_are_nan_and_reported_once(tmp_path: Path):
     path.write_text("uid,reward\na,1\na,\nb,nan\nb,0.5\n")
     table, messages = warnings_of(path)
     assert np.isnan(column(table, "reward")[1]) and np.isnan(column(table, "reward")[2])
-    assert len(messages) == 1 and "2 rows have a NaN, infinite or missing reward (first at row 1" in messages[0]
+    assert len(messages) == 1 and "2 rows have a NaN, infinite or missing reward (first at row 2" in messages[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_keys_of_other_types(tmp_path: Path):
     assert column(loaded, "prompt") == [1, None, 2]
     assert column(loaded, "trajectory") == ['[{"content": "hi", "role": "user"}]', None, "[]"]
     pq.write_table(pa.table({"reward": [1.0], "group_index": [1.5]}), tmp_path / "fraction.parquet")
-    with pytest.raises(InputError, match=r"field 'group_index': row 0: has non-integer keys"):
+    with pytest.raises(InputError, match=r"field 'group_index': row 1: has non-integer keys"):
         rollaudit.load(tmp_path / "fraction.parquet")
 
 
@@ -277,8 +277,8 @@ def cli_exit(path: Path, capsys) -> tuple[int, str]:
 BAD = {
     "no_reward.csv": ("uid,value\na,1\n", "no reward column; columns found: 'uid', 'value'"),
     "no_reward.jsonl": ('{"uid": 1, "value": 2}\n', "no reward column; columns found: 'uid', 'value'"),
-    "text_reward.csv": ("uid,reward\na,1\nb,high\n", "field 'reward': row 1: is not a number: 'high'"),
-    "text_reward.jsonl": ('{"uid": 1, "reward": "1"}\n{"uid": 1, "reward": "x"}\n', "row 1: is not a number: 'x'"),
+    "text_reward.csv": ("uid,reward\na,1\nb,high\n", "field 'reward': row 2: is not a number: 'high'"),
+    "text_reward.jsonl": ('{"uid": 1, "reward": "1"}\n{"uid": 1, "reward": "x"}\n', "row 2: is not a number: 'x'"),
     "ragged.csv": ("uid,reward\na,1\nb,2,3\n", "line 3 has 3 fields where the header has 2"),
     "ragged.jsonl": ('{"uid": 1, "reward": 1}\n{"uid": 1, "reward": [1, 2\n', "line 2 is not valid JSON"),
     "typed.jsonl": ('{"uid": 1, "reward": 1}\n{"uid": 1, "reward": {}}\n', "line 2 has 'reward' as an object"),

@@ -153,13 +153,13 @@ def memo_inflated_pickle(copies: int) -> bytes:
 
 
 PICKLES: dict[str, tuple[Callable[[], bytes], str]] = {
-    # issue: a 642 B pickle, a 64-level DAG: a hang Ctrl-C could not stop. Here 1,100 levels (17 KB).
+    # Reported: a 642 B pickle, a 64-level DAG: a hang Ctrl-C could not stop. Here 1,100 levels (17 KB).
     "tuple DAG as a dict key": (lambda: tuple_dag_key(1100), "expands to"),
-    # issue: 1.3 MB, 72-104 s. Here 13 MB of keys.
+    # Reported: 1.3 MB, 72-104 s. Here 13 MB of keys.
     "hash-colliding int keys": (lambda: colliding_int_keys(1_100_000), "integers of one hash"),
-    # issue: 10M samples from a few bytes each. Here 20M.
+    # Reported: 10M samples from a few bytes each. Here 20M.
     "20M samples by DUP": (lambda: samples_by_dup(20_000_000), "samples in"),
-    # issue: 200-300 KB -> 2.7-3.4 GB by memo references. Here 10 MB: 2M references.
+    # Reported: 200-300 KB -> 2.7-3.4 GB by memo references. Here 10 MB: 2M references.
     "memo references": (lambda: memo_inflated_pickle(2_000_000), None),
 }
 
@@ -172,7 +172,7 @@ def test_hostile_pickles(tmp_path: Path, case: str):
 
 
 def test_a_deflated_data_pkl(tmp_path: Path):
-    """issue: 3.1 MB of deflated zeros inflated to 3.2 GB before any check. Here 31 MB -> 32 GB: never inflated."""
+    """Once: 3.1 MB of deflated zeros inflated to 3.2 GB before any check. Here 31 MB -> 32 GB: never inflated."""
     path = tmp_path / "rollout_data" / "0.pt"
     path.parent.mkdir()
     zeros = 32 << 30
@@ -209,7 +209,7 @@ def _train_run(directory: Path, rollout: list[dict], train: list[dict]) -> Path:
 
 
 def test_stride_0_advantages(tmp_path: Path):
-    """issue: a 608 B view over 4 bytes describing 4.2 GB, or a hang at 2**44 elements. Here 2**48 elements."""
+    """Once, a 608 B view over 4 bytes describing 4.2 GB, or a hang at 2**44 elements. Here 2**48 elements."""
     import torch
 
     rollout, train = _big_step(8)
@@ -219,7 +219,7 @@ def test_stride_0_advantages(tmp_path: Path):
 
 @pytest.mark.parametrize("kind", ["tensor", "list"])
 def test_per_token_values_shared_through_the_memo(tmp_path: Path, kind: str):
-    """issue: 80 KB -> 3.2 GB. Here one 1M-value tensor (or a 100k-value list) named by all 4,000 samples' advantages:
+    """Once: 80 KB -> 3.2 GB. Here one 1M-value tensor (or a 100k-value list) named by all 4,000 samples' advantages:
     4G (400M) values to build from a few MB."""
     import torch
 
@@ -276,12 +276,12 @@ def compressed_ipc_bomb(path: Path) -> Path:
 
 
 TABLES: dict[str, tuple[Callable[[Path], Path], str]] = {
-    # issue: 68 KB -> 2.2 GB.
+    # Reported: 68 KB -> 2.2 GB.
     "Parquet dictionary page": (parquet_dictionary_bomb, "decodes to more than"),
-    # issue: 1.5 KB -> 2.7 GB.
+    # Reported: 1.5 KB -> 2.7 GB.
     "Parquet list values (prompt)": (parquet_list_bomb, "decodes to more than"),
     "Parquet list values (loss mask)": (parquet_mask_bomb, "decodes to more than"),
-    # issue: 455 KB -> 4.3 GB.
+    # Reported: 455 KB -> 4.3 GB.
     "compressed Arrow IPC": (compressed_ipc_bomb, "decodes to more than"),
 }
 
@@ -299,7 +299,7 @@ def test_tables_that_expand(tmp_path: Path, case: str):
 
 @pytest.mark.parametrize("depth", [50_000, 200_000])
 def test_deeply_nested_json_lines(tmp_path: Path, depth: int):
-    """issue: 20k+ deep on line 2 segfaulted in pyarrow (exit 139), 2-5k gave RecursionError tracebacks."""
+    """Once: 20k+ deep on line 2 segfaulted in pyarrow (exit 139), 2-5k gave RecursionError tracebacks."""
     path = tmp_path / "deep.jsonl"
     deep = "[" * depth + "]" * depth
     path.write_text('{"prompt": "a", "reward": 1}\n{"prompt": "b", "reward": 0, "x": ' + deep + "}\n")
@@ -341,7 +341,7 @@ def test_the_depth_scan_agrees_with_a_character_loop(text: list[bytes], limit: i
 
 
 def test_timestamps_and_bytes_in_chat_prompts(tmp_path: Path):
-    """issue: a chat prompt holding "2024-01-01 00:00:00" is inferred as a timestamp; its key gave a TypeError."""
+    """Once, a chat prompt holding "2024-01-01 00:00:00" is inferred as a timestamp; its key gave a TypeError."""
     path = tmp_path / "chat.jsonl"
     with path.open("w") as out:
         for index in range(400_000):
@@ -352,7 +352,7 @@ def test_timestamps_and_bytes_in_chat_prompts(tmp_path: Path):
 
 
 def test_a_pass_through_column_that_changes_type(tmp_path: Path):
-    """issue: an int column in one file and text in the next gave an ArrowTypeError."""
+    """Once, an int column in one file and text in the next gave an ArrowTypeError."""
     run = tmp_path / "run"
     run.mkdir()
     for step, extra in ((0, 5), (1, "five")):
@@ -364,7 +364,7 @@ def test_a_pass_through_column_that_changes_type(tmp_path: Path):
 
 
 def test_convert_to_a_format_that_cannot_hold_a_column(tmp_path: Path):
-    """issue: ``convert`` to Parquet with an unsupported column type gave ArrowNotImplementedError."""
+    """Once: ``convert`` to Parquet with an unsupported column type gave ArrowNotImplementedError."""
     import pyarrow.feather as feather
 
     interval = pa.array([pa.MonthDayNano([1, 2, 3])] * 4, pa.month_day_nano_interval())
@@ -424,7 +424,7 @@ def _rewrite_entry(entry: Path, change: Callable[[dict], dict]) -> None:
     ["a warning category naming a module", "a missing key", "a wrong type", "a format that does not exist"],
 )
 def test_a_tampered_cache_entry_is_a_miss(tmp_path: Path, case: str):
-    """issue: a category was imported with importlib (``this`` printed the Zen of Python into ``--json``);
+    """Once, a category was imported with importlib (``this`` printed the Zen of Python into ``--json``);
     malformed entries gave KeyError tracebacks."""
     dump, entry = _cached_run(tmp_path)
     changes: dict[str, Callable[[dict], dict]] = {
@@ -464,7 +464,7 @@ _ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\u202e\x9b"
 
 @pytest.mark.parametrize("command", ["compare", "inspect"])
 def test_control_characters_never_reach_the_terminal(tmp_path: Path, command: str):
-    """issue: ANSI/OSC sequences in status values or prompt keys cleared the screen or retitled the window."""
+    """Once: ANSI/OSC sequences in status values or prompt keys cleared the screen or retitled the window."""
     path = tmp_path / "escapes.jsonl"
     rows = [
         {"prompt": f"{_ESCAPES} {index % 3}", "reward": int(index % 3 == 0 or index % 6 == 1), "status": f"x{_ESCAPES}"}

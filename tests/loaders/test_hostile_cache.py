@@ -80,7 +80,7 @@ _PLANTED = {
 
 @pytest.mark.parametrize("case", sorted(_PLANTED))
 def test_the_cache_follows_no_link_it_did_not_create(tmp_path: Path, case: str):
-    """issue: a symlink planted at a predictable entry path made the next audit's atomic write replace its target."""
+    """Once, a symlink planted at a predictable entry path made the next audit's atomic write replace its target."""
     dump, entry = _cached_run(tmp_path)
     victims = _PLANTED[case](tmp_path, entry)
     planted = os.lstat(entry.parent if "directory" in case else entry)
@@ -140,7 +140,7 @@ def _parquet_bomb_entry(entry: Path) -> None:
 
 
 def test_a_parquet_bomb_planted_as_a_cache_entry_is_read_under_the_dumps_bound(tmp_path: Path):
-    """issue: an entry was read in the main process, outside the memory-capped reader: 1.8 MB -> 4 GB."""
+    """Once, an entry was read in the main process, outside the memory-capped reader: 1.8 MB -> 4 GB."""
     dump, entry = _cached_run(tmp_path)
     _parquet_bomb_entry(entry)
     planted = size_of(entry)
@@ -160,7 +160,7 @@ _METADATA_CHANGES = {
 
 @pytest.mark.parametrize("case", sorted(_METADATA_CHANGES))
 def test_an_entry_whose_format_metadata_changed_is_a_miss(tmp_path: Path, case: str):
-    """issue: an entry whose slime metadata lacked ``rollaudit.slime.step`` ended in a KeyError traceback."""
+    """Once, an entry whose slime metadata lacked ``rollaudit.slime.step`` ended in a KeyError traceback."""
     dump, entry = _cached_run(tmp_path)
     table = pq.read_table(entry)
     metadata = dict(table.schema.metadata)
@@ -191,7 +191,7 @@ _WITHOUT_PASSWD_ENTRY = textwrap.dedent(
 
 @pytest.mark.parametrize("home", [None, "", "relative/home"], ids=["HOME unset", "HOME empty", "HOME relative"])
 def test_no_home_directory_means_one_warning_and_no_cache(tmp_path: Path, home: str | None):
-    """issue: with HOME unset and no passwd entry (``env -i``, ``docker run --user 12345``) every command with the
+    """Once, with HOME unset and no passwd entry (``env -i``, ``docker run --user 12345``) every command with the
     default cache ended in ``RuntimeError: Could not determine home directory``."""
     dump = generate.save_rollout_dump(tmp_path / "0.pt", 0, generate.spec_4_3_4_step())
     work = tmp_path / "work"

@@ -59,7 +59,7 @@ def _long_parquet(path: Path, rows: int = 6_000_000) -> Path:
             "reward": rng.integers(0, 2, rows).astype(np.float64),
         }
     )
-    pq.write_table(table, path, row_group_size=1 << 20)
+    pq.write_table(table, path, row_group_size=1 << 20, compression="zstd")  # zstd: read by the capped child
     return path
 
 

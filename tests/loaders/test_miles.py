@@ -93,7 +93,7 @@ def test_a_train_row_with_a_siblings_index_but_other_tokens_is_refused(tmp_path:
     _edit_train(tmp_path / "train_data" / "7_0.pt", edit)
     with pytest.raises(InputError, match=r"has this row's tokens") as raised:
         rollaudit.load(tmp_path)
-    assert "7_0.pt" in raised.value.line() and "row 3" in raised.value.line()
+    assert "7_0.pt" in raised.value.line() and "row 4" in raised.value.line()
 
 
 def test_an_unknown_sample_index_is_refused(tmp_path: Path):

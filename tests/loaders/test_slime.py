@@ -106,7 +106,7 @@ def test_reward_key():
     path = DUMPS / "reward_key.pt"
     with pytest.raises(InputError, match=r"reward is a dict with keys 'score', 'acc', 'format'") as caught:
         rollaudit.load(path)
-    assert "reward_key" in one_line(caught.value) and "row 0" in str(caught.value)
+    assert "reward_key" in one_line(caught.value) and "row 1" in str(caught.value)
     with pytest.raises(InputError, match=r"no key 'accuracy'; its keys: 'score', 'acc', 'format'"):
         rollaudit.load(path, reward_key="accuracy")
     scores = column(rollaudit.load(path, reward_key="score"), "reward")
@@ -168,7 +168,7 @@ def test_no_group_index_and_n_not_dividing_is_an_error(tmp_path: Path):
 
 def test_some_group_index_missing_names_the_first_position(tmp_path: Path):
     path = dump(tmp_path / "0.pt", 0, [0.0, 1.0, 2.0, 3.0], [7, 7, None, None])
-    with pytest.raises(InputError, match=r"field 'group_index': row 2: sample has no group_index"):
+    with pytest.raises(InputError, match=r"field 'group_index': row 3: sample has no group_index"):
         rollaudit.load(path, n_samples_per_prompt=2)
 
 
@@ -299,9 +299,9 @@ def test_bad_files_give_one_line(tmp_path: Path):
         "no_samples.pt": "field 'samples': the dump has no 'samples'",
         "not_a_dict.pt": "the pickle holds a list",
         "no_step.pt": "field 'rollout_id': rollout_id is missing",
-        "no_reward.pt": "field 'reward': row 0: sample has no reward",
-        "string_reward.pt": "field 'reward': row 0: reward is a str",
-        "sample_list.pt": "row 0: sample is a list",
+        "no_reward.pt": "field 'reward': row 1: sample has no reward",
+        "string_reward.pt": "field 'reward': row 1: reward is a str",
+        "sample_list.pt": "row 1: sample is a list",
     }
     for name, message in expected.items():
         with pytest.raises(InputError) as caught:

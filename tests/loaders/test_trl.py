@@ -76,7 +76,7 @@ def test_sample_loads_with_positional_groups():
 
 
 def test_sample_warns_once_about_the_unscorable_row():
-    with pytest.warns(RollauditWarning, match=r"1 row has a NaN, infinite or missing reward \(first at row 18"):
+    with pytest.warns(RollauditWarning, match=r"1 row has a NaN, infinite or missing reward \(first at row 19"):
         rollaudit.load(SAMPLE)
 
 
@@ -140,7 +140,7 @@ def test_num_generations_given_wins_over_the_text_with_a_warning():
         warnings.simplefilter("always")
         table = rollaudit.load(SAMPLE, num_generations=8)
     messages = [str(warning.message) for warning in caught]
-    assert any("prompt text changes inside the group of rows 0-7 (num_generations=8)" in text for text in messages)
+    assert any("prompt text changes inside the group of rows 1-8 (num_generations=8)" in text for text in messages)
     assert column(table, "prompt") == [position // 8 for position in range(24)]
     same_as_n = load_quietly(SAMPLE, n_samples_per_prompt=4)
     assert column(same_as_n, "prompt") == [position // 4 for position in range(24)]
@@ -153,7 +153,7 @@ def test_num_generations_given_wins_over_the_text_with_a_warning():
 def test_text_changing_inside_an_inferred_group_names_the_row(tmp_path: Path):
     path = write_trl(tmp_path / "completions_00001.parquet", list("aabbbc"), {"r": [1.0, 0, 1, 0, 1, 1]})
     with pytest.raises(
-        InputError, match=r"field 'prompt': row 5: the prompt text changes inside the group of rows 4-5"
+        InputError, match=r"field 'prompt': row 6: the prompt text changes inside the group of rows 5-6"
     ):
         rollaudit.load(path)
     uneven = write_trl(tmp_path / "completions_00002.parquet", list("aaab"), {"r": [1.0, 0, 1, 0]})
@@ -219,10 +219,10 @@ def _bad_files(folder: Path) -> dict[str, tuple[Path, str]]:
     ragged = write_trl(folder / "completions_00005.parquet", list("aabbbc"), {"r": [1.0] * 6})
     return {
         "missing reward": (no_reward, "no reward-function column; columns found: 'step', 'prompt'"),
-        "non-numeric reward": (text_reward, "field 'judge': row 2: is not a number: 'high'"),
+        "non-numeric reward": (text_reward, "field 'judge': row 3: is not a number: 'high'"),
         "empty table": (empty_table, "empty file: the table has no rows"),
         "empty file": (empty_file, "empty file"),
-        "groups out of step": (ragged, "row 5: the prompt text changes inside the group of rows 4-5"),
+        "groups out of step": (ragged, "row 6: the prompt text changes inside the group of rows 5-6"),
     }
 
 

@@ -166,7 +166,7 @@ def test_a_first_line_longer_than_the_sniff_limit_and_a_json_block(tmp_path: Pat
 BAD = {
     "missing_score.jsonl": ([{"input": "p", "output": "o", "step": 1}], "the first line has no 'score' field"),
     "string_score.jsonl": ([LINE, {**LINE, "score": "high"}], "line 2 has 'score' as a string where a number"),
-    "null_score.jsonl": ([LINE, {**LINE, "score": None}], "row 1: line without a 'score' value"),
+    "null_score.jsonl": ([LINE, {**LINE, "score": None}], "row 2: line without a 'score' value"),
     "truncated.jsonl": ([LINE, json.dumps(LINE)[:25]], "line 2 is not valid JSON"),
     "array_line.jsonl": ([LINE, "[1, 2]"], "line 2 is an array, not a JSON object"),
     "changing_input.jsonl": ([LINE, {**LINE, "input": ["chat"]}], "line 2 has 'input' as an array where a string"),

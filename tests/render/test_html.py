@@ -47,17 +47,25 @@ def test_the_html_report_is_one_self_contained_file(tmp_path):
     assert not _FETCHES.search(page.replace('xlink:href="#', "")), _FETCHES.search(page)
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
     assert urls <= set(_NAMESPACES), urls
-    assert page.count("<svg") == 2 and "<img" not in page  # group sizes and the scatter, inline
+    # Group sizes, the scatter and the distributions, each panel its own inline SVG.
+    assert page.count("<figure") == 3 and page.count("<svg") == 3 + 2 + 2 and "<img" not in page
     assert page.count("<table") >= 4 and "class='sortable'" in page
     assert "0 samples pushed the opposite way, 21 samples given an advantage without learning signal" in page
-    for section in ("Verdict", "Advantages against the reference", "Group sizes", "Sample by sample"):
+    sections = (
+        "Verdict",
+        "Advantages against the reference",
+        "Group sizes",
+        "Sample by sample",
+        "Advantage distributions",
+    )
+    for section in sections:
         assert section in page
     assert "Worst prompts" in page and "Prompts with no learning signal" in page
 
 
 def test_a_run_gets_the_per_step_chart_and_the_recorded_fit(tmp_path):
     _, page = _write_report(tmp_path, FANOUT, DUMP_DETAILS)
-    assert page.count("<svg") == 3 and "By step (2 steps)" in page
+    assert page.count("<figure") == 4 and "By step (2 steps)" in page
     assert "Recorded advantages" in page and "Fit of each preset to the recorded advantages" in page
     assert "Worst steps" in page
 
@@ -77,7 +85,8 @@ def test_the_notebook_view_is_the_same_report_with_rounded_numbers():
     view = report._repr_html_()
     assert "0 samples pushed the opposite way" in view and "23.9%" in view
     assert "e-17" not in view and "0.238636" not in view  # percentages and rounded values, no float noise
-    assert view.count("<svg") == 1  # the group sizes; the scatter needs keep_advantages=True
+    # The group sizes alone: the advantage figures need keep_advantages=True, and nothing stands in for them.
+    assert view.count("<figure") == 1 and "Advantage distributions" not in view
 
 
 # ---------------------------------------------------------------------------------------------------------------------

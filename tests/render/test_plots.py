@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -23,8 +25,8 @@ DUMP_DETAILS = ROOT / "sample_dumps" / "dump_details"
 def audited():
     table = rollaudit.load([FANOUT, UNIFORM, DUMP_DETAILS])
     report = rollaudit.audit(table, device="cpu", keep_advantages=True)
-    values = rollaudit.recompute(table, report.schemes, device="cpu")
-    return report, {name: values.column(name).to_numpy() for name in values.column_names}
+    # The recomputed schemes; the recorded advantages are drawn where a test reads the report's own figures.
+    return report, {name: values for name, values in report.advantages_by_scheme().items() if name != "recorded"}
 
 
 def _axes_with_content(figure):
@@ -104,7 +106,7 @@ def test_per_step_figure(audited):
     figure = _plots.per_step_figure(report)
     _assert_labelled(figure)
     flip_axis, inflation_axis, size_axis = figure.axes
-    assert flip_axis.get_title() == "Sign-flip rate against prompt"
+    assert flip_axis.get_title() == "Share of signs changed against prompt"
     assert inflation_axis.get_title() == "Non-zero inflation against prompt"
     assert size_axis.get_title() == "Prompt-group sizes"
     median_line = next(line for line in size_axis.get_lines() if line.get_label() == "median")
@@ -120,8 +122,17 @@ def test_per_step_figure(audited):
 def test_write_plots_png_files(audited, tmp_path):
     report, _ = audited
     paths = _plots.write_plots(report, tmp_path / "plots")  # the scatter: batch, trajectory and recorded
-    assert [path.name for path in paths] == ["group_sizes.png", "advantage_scatter.png", "per_step.png"]
+    assert [path.name for path in paths] == [
+        "group_sizes.png",
+        "advantage_scatter.png",
+        "advantage_distribution.png",
+        "per_step.png",
+    ]
     expected = {
+        "advantage_distribution.png": (
+            (1980, 540),
+            "Advantage distributions against the reference prompt (178 samples)",
+        ),
         "group_sizes.png": ((1800, 540), "Group sizes (178 samples)"),
         "advantage_scatter.png": ((1980, 660), "Advantage under each scheme against the reference prompt; 178 samples"),
         "per_step.png": ((2250, 600), "Per step (3 steps)"),
@@ -142,11 +153,12 @@ def test_compare_plot_option(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(FANOUT), "--plot", str(target), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert sorted(path.name for path in target.iterdir()) == [
+        "advantage_distribution.png",
         "advantage_scatter.png",
         "group_sizes.png",
         "per_step.png",
     ]
-    assert result.stderr.count("wrote ") == 3
+    assert result.stderr.count("wrote ") == 4
     with Image.open(target / "per_step.png") as image:
         assert image.info["Title"] == "Per step (1 step)"
 
@@ -175,3 +187,93 @@ def test_per_step_ticks_are_whole_steps(audited):
     for axis in figure.axes:
         ticks = axis.get_xticks()
         assert np.all(ticks == np.round(ticks)), ticks
+
+
+def _drawn(figure):
+    """The figure drawn by Agg, so that its ticks and labels are where a PNG shows them."""
+    FigureCanvasAgg(figure).draw()
+    return figure
+
+
+def _shown_ticks(axis) -> list[tuple[float, str]]:
+    """The x ticks inside the view, each with its label's text."""
+    low, high = axis.get_xlim()
+    labels = [label.get_text() for label in axis.get_xticklabels()]
+    return [
+        (float(where), label) for where, label in zip(axis.get_xticks(), labels, strict=True) if low <= where <= high
+    ]
+
+
+def test_group_size_ticks_are_whole_numbers_when_every_group_has_the_same_size():
+    # Every prompt holds 4 trajectories of one sample: one bar a panel, at 4.
+    report = rollaudit.audit(
+        rollaudit.make_table(reward=[0, 1, 0, 1] * 3, prompt=[0] * 4 + [1] * 4 + [2] * 4, trajectory=list(range(12))),
+        device="cpu",
+    )
+    figure = _drawn(_plots.group_sizes_figure(report))
+    for axis in _axes_with_content(figure):
+        ticks = _shown_ticks(axis)
+        assert ticks, axis.get_title()
+        for where, label in ticks:
+            assert where == round(where), (axis.get_title(), ticks)
+            assert label == "" or label == str(round(where)), (axis.get_title(), ticks)
+        # The ticks stand under the bars.
+        centres = {round(patch.get_x() + patch.get_width() / 2, 6) for patch in axis.patches}
+        assert {round(where, 6) for where, _ in ticks} <= centres, (axis.get_title(), ticks, centres)
+
+
+def test_group_size_ticks_stand_under_the_bars(audited):
+    report, _ = audited
+    figure = _drawn(_plots.group_sizes_figure(report))
+    renderer = figure.canvas.get_renderer()
+    for axis in _axes_with_content(figure):
+        centres = {round(patch.get_x() + patch.get_width() / 2, 6) for patch in axis.patches}
+        ticks = _shown_ticks(axis)
+        assert {round(where, 6) for where, _ in ticks} <= centres, (axis.get_title(), ticks, centres)
+        labelled = [int(label) for _, label in ticks if label]
+        assert len(labelled) >= min(3, len(centres)), (axis.get_title(), ticks)
+        # Labels never overlap: each one's box clear of the next.
+        boxes = sorted(
+            (label.get_window_extent(renderer) for label in axis.get_xticklabels() if label.get_text()),
+            key=lambda box: box.x0,
+        )
+        assert all(left.x1 <= right.x0 for left, right in itertools.pairwise(boxes)), axis.get_title()
+
+
+def test_advantage_distribution_figure(audited):
+    report, advantages = audited
+    figure = _plots.advantage_distribution_figure(report, advantages)
+    _assert_labelled(figure)
+    assert figure.get_suptitle() == "Advantage distributions against the reference prompt (178 samples)"
+    axes = _axes_with_content(figure)
+    assert [axis.get_title() for axis in axes] == ["batch against prompt", "trajectory against prompt"]
+    batch_axis = axes[0]
+    bars = [patch for patch in batch_axis.patches if patch.get_fill()]
+    edges = np.array([bar.get_x() for bar in bars] + [bars[-1].get_x() + bars[-1].get_width()])
+    heights = np.array([bar.get_height() for bar in bars])
+    np.testing.assert_array_equal(heights, np.histogram(advantages["batch"], bins=edges)[0])
+    assert heights.sum() == 178
+    # The reference as an outline over the same bins: one unfilled step patch.
+    outlines = [patch for patch in batch_axis.patches if not patch.get_fill()]
+    assert len(outlines) == 1
+    labels = [text.get_text() for text in batch_axis.get_legend().get_texts()]
+    assert labels == ["batch: 178 samples", "prompt (reference), same samples"]
+
+
+def test_the_distribution_counts_only_recorded_advantages_the_dump_has():
+    report = rollaudit.audit(rollaudit.load(DUMP_DETAILS), device="cpu", keep_advantages=True)
+    figure = _plots.figures(report)["advantage_distribution"]
+    recorded = _axes_with_content(figure)[2]
+    assert recorded.get_title() == "recorded against prompt"
+    assert sum(patch.get_height() for patch in recorded.patches if patch.get_fill()) == 24
+    assert recorded.get_legend().get_texts()[0].get_text() == "recorded: 24 samples"
+    # The reference's outline over the same 24 samples: its steps add up to 24 too.
+    (outline,) = [patch for patch in recorded.patches if not patch.get_fill()]
+    heights = outline.get_xy()[1:-1:2, 1]
+    assert heights.sum() == 24, heights
+
+
+def test_no_advantage_figures_without_kept_advantages():
+    report = rollaudit.audit(rollaudit.load(FANOUT), device="cpu")
+    assert list(_plots.figures(report)) == ["group_sizes"]
+    assert list(_plots.panel_svgs(report)) == ["group_sizes"]

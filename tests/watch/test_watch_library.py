@@ -161,7 +161,7 @@ def test_trend_summary_and_page_from_points() -> None:
     assert latest[1].flips == 0.05
     lines = summary_lines([*points, replaced], "stopped")
     assert lines[0] == "watch stopped: 4 steps audited, 1 could not be read, 1 failed a rule"
-    assert lines[1] == "sign flips against the reference, per step:"
+    assert lines[1] == "share of signs changed against the reference, per step:"
     assert lines[2].startswith("  the run's own: ") and "max 50.0% (recorded at the last step)" in lines[2]
     assert lines[lines.index("worst steps:") + 1].startswith("  step 2 ")
     page = render_watch_html([*points, replaced], "<run>", "running")

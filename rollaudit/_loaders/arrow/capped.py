@@ -24,6 +24,10 @@ The child uses the system allocator (``ARROW_DEFAULT_MEMORY_POOL=system``):
 mimalloc reserves a GiB of address space up front and would fail under any
 useful limit. Where there is no ``RLIMIT_AS`` (Windows, macOS ignores it),
 the read runs in this process, bounded only by the row checks.
+
+Most Parquet files never need the child: where the footer bounds what the
+read may decode to, it runs in this process with pyarrow's threads (see
+:func:`read_parquet_in_bound`), as fast as ``pyarrow.parquet.read_table``.
 """
 
 from __future__ import annotations
@@ -88,12 +92,165 @@ def read_table(path: Path, kind: str, columns: list[str] | None) -> pa.Table:
 
     if not can_cap():
         return tables.read_in_this_process(path, kind, columns)
+    if kind == "parquet":
+        table = read_parquet_in_bound(path, columns)
+        if table is not None:
+            return table
     return _worker().read(path, kind, columns)
 
 
 def address_space_limit(size: int) -> int:
     """The bytes of address space a read of a ``size``-byte file may add."""
     return FREE_BYTES + BYTES_PER_FILE_BYTE * size
+
+
+def _too_much(size: int) -> dict[str, str]:
+    """The error fields of a read past ``address_space_limit(size)``."""
+    return {
+        "message": f"decodes to more than {address_space_limit(size) >> 20} MiB of table",
+        "expected": f"at most {FREE_BYTES >> 20} MiB plus {BYTES_PER_FILE_BYTE} bytes per byte of file",
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# This process: a Parquet file whose footer bounds what it decodes to.
+
+BOUNDED_CODECS = frozenset({"UNCOMPRESSED", "SNAPPY"})
+"""Codecs whose output a page's own bytes bound: a Snappy copy tag of at most 5 bytes writes at most 64 (under 22
+bytes per byte); gzip, LZ4, Brotli and zstd expand a few bytes to gigabytes, and their files go to the child."""
+_RUN_ROWS_PER_PIECE = 8
+"""A run of row groups read at once holds at most this many ``PIECE_ROWS`` (or one row group): pyarrow decodes a
+run's columns on its threads, and the actual sizes are checked against the bound after each run."""
+
+
+def read_parquet_in_bound(path: Path, columns: list[str] | None) -> pa.Table | None:
+    """The named columns of a Parquet file read in this process, on pyarrow's threads, where its footer bounds
+    what they decode to by ``address_space_limit``; None where it does not (the capped child reads it).
+
+    The footer is walked in the capped child (pyarrow aborts the process on some damaged column chunk metadata,
+    which only the reader's own calls turn into errors). It bounds a column that is flat (no repetition levels:
+    no list can declare a billion values in a few bytes of run-length encoding), of a fixed-width type or text,
+    and compressed by a codec in ``BOUNDED_CODECS`` in every row group (the footer names the codec pyarrow uses; no
+    page can choose another). A fixed-width column
+    decodes to its rows times its width, and its rows are the row groups' ``num_rows``, which pyarrow allocates
+    (the rows checked against the file's size first). Text is the column whose footer can lie: a dictionary page
+    holding one long value, repeated by a few bytes of indices, decodes to gigabytes whatever
+    ``total_uncompressed_size`` says. So text is read as a dictionary (its pages' bytes, at most 22 per byte of
+    file, and four bytes a row) and its decoded size, the lengths of the values its indices take, is added up
+    before any of it is decoded; fixed-width sizes are added as read. A run of row groups whose actual sizes pass
+    the bound is a MemoryError, as in the child, so a lying footer costs at most one run of row groups read past
+    the bound, never the decoded table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from . import tables
+
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None  # the child names the failure
+    budget = address_space_limit(size)
+    plan = _worker().footer_bound(path, columns)
+    if plan is None or plan[1] > budget:
+        return None
+    texts = plan[0]
+    try:
+        with pq.ParquetFile(path, read_dictionary=texts) as parquet:
+            pieces = []
+            held = 0
+            for run in _row_group_runs(parquet.metadata):
+                piece = parquet.read_row_groups(run, columns=columns, use_threads=True)
+                held += _decoded_bytes(piece)
+                if held > budget:
+                    raise MemoryError(f"{held} bytes of table")
+                pieces.append(tables.decode_dictionaries(piece))
+            if not pieces:
+                empty = parquet.schema_arrow.empty_table()
+                pieces.append(tables.decode_dictionaries(empty if columns is None else empty.select(columns)))
+    except (MemoryError, pa.ArrowCapacityError):  # ArrowMemoryError is a MemoryError
+        too_much = _too_much(size)
+        raise InputError(too_much["message"], file=str(path), expected=too_much["expected"]) from None
+    except (pa.ArrowException, OSError, KeyError) as error:  # KeyError: a column the footer does not name
+        raise InputError(f"cannot read as Parquet: {tables.short(error)}", file=str(path)) from None
+    except UnicodeDecodeError:  # pyarrow decodes column paths as it opens a Parquet file
+        raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+def _footer_bound(parquet: Any, columns: list[str] | None, path: Path) -> tuple[list[str], int] | None:
+    """The text columns to read as dictionaries, and the bytes the footer says the named columns decode to (text:
+    its claimed page bytes and offsets, checked again as read); None where some column is not bounded by it."""
+    import pyarrow as pa
+
+    from . import tables
+
+    metadata, schema = parquet.metadata, parquet.schema_arrow
+    groups = [metadata.row_group(index) for index in range(metadata.num_row_groups)]
+    if any(group.num_columns != metadata.num_columns for group in groups):
+        return None  # pyarrow aborts the process on a column chunk a row group lacks: the child reads it
+    rows = sum(group.num_rows for group in groups)
+    tables.check_rows(max(rows, metadata.num_rows), path)
+    leaves = {metadata.schema.column(index).path: index for index in range(metadata.num_columns)}
+    texts: list[str] = []
+    claimed = 0
+    for name in schema.names if columns is None else columns:
+        leaf = leaves.get(name)
+        if leaf is None or metadata.schema.column(leaf).max_repetition_level > 0:
+            return None  # nested: a list or a struct
+        if any(group.column(leaf).compression not in BOUNDED_CODECS for group in groups):
+            return None
+        kind = schema.field(name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        validity = rows // 8 + 64
+        if pa.types.is_boolean(kind):
+            claimed += rows + validity
+        elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind):
+            claimed += rows * max(kind.bit_width // 8, 1) + validity
+        elif pa.types.is_decimal(kind):
+            claimed += rows * kind.byte_width + validity
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
+            texts.append(name)
+            pages = sum(group.column(leaf).total_uncompressed_size for group in groups)
+            claimed += rows * 8 + validity + max(pages, 0)
+        else:
+            return None
+    return texts, claimed
+
+
+def _row_group_runs(metadata: Any) -> Iterator[list[int]]:
+    """Consecutive row groups, as few to a run as make ``_RUN_ROWS_PER_PIECE`` pieces' rows (one at least)."""
+    from . import tables
+
+    run: list[int] = []
+    rows = 0
+    for index in range(metadata.num_row_groups):
+        count = metadata.row_group(index).num_rows
+        if run and rows + count > _RUN_ROWS_PER_PIECE * tables.PIECE_ROWS:
+            yield run
+            run, rows = [], 0
+        run.append(index)
+        rows += count
+    if run:
+        yield run
+
+
+def _decoded_bytes(piece: pa.Table) -> int:
+    """The bytes ``piece`` holds once its dictionaries are decoded, counted without decoding them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = 0
+    for column in piece.columns:
+        if not pa.types.is_dictionary(column.type):
+            total += column.nbytes
+            continue
+        offset_bytes = 8 if pa.types.is_large_string(column.type.value_type) else 4
+        for chunk in column.chunks:
+            lengths = pc.binary_length(chunk.dictionary)
+            values = pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
+            total += chunk.indices.nbytes + values + offset_bytes * (len(chunk) + 1)
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -149,6 +306,28 @@ class _Worker:
         fields["file"] = str(path)
         raise InputError(message, **fields)
 
+    def footer_bound(self, path: Path, columns: list[str] | None) -> tuple[list[str], int] | None:
+        """:func:`_footer_bound` of a Parquet file, walked in the child; None where it is not bounded, or the
+        child fails on it (its read then names the failure)."""
+        request = {"path": os.fspath(Path(path).absolute()), "kind": "parquet", "columns": columns, "bound": True}
+        with self._lock:
+            stdin, stdout = self._process.stdin, self._process.stdout
+            assert stdin is not None and stdout is not None
+            try:
+                stdin.write(json.dumps(request).encode() + b"\n")
+                stdin.flush()
+                answer = stdout.readline()
+            except OSError:
+                answer = b""
+            except BaseException:  # Ctrl-C mid-request: the child's answer would be out of step
+                self.stop()
+                raise
+        if not answer:
+            self.stop()
+            return None
+        bound = json.loads(answer).get("bound")
+        return (list(bound[0]), int(bound[1])) if bound else None
+
     def stop(self) -> None:
         if self.alive:
             self._process.kill()
@@ -191,6 +370,7 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
     import signal
 
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from . import tables
 
@@ -211,6 +391,20 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         limit = _address_space() + address_space_limit(size)
         capped = limit if soft == resource.RLIM_INFINITY else min(limit, soft)
         resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
+        if request.get("bound"):
+            try:
+                with pq.ParquetFile(path) as footer:
+                    bound = _footer_bound(footer, request["columns"], path)
+            except (InputError, MemoryError, pa.ArrowException, OSError, ValueError, KeyError, UnicodeDecodeError):
+                bound = None  # the read names the failure
+            finally:
+                resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+            try:
+                answers.write(json.dumps({"bound": bound}).encode() + b"\n")
+                answers.flush()
+            except OSError:
+                return
+            continue
         table = shared = None
         failure: dict[str, Any] | None
         try:
@@ -220,10 +414,7 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
         except InputError as error:
             failure = {name: getattr(error, name) for name in ("message", "field", "row", "expected")}
         except (MemoryError, pa.ArrowCapacityError):
-            failure = {
-                "message": f"decodes to more than {address_space_limit(size) >> 20} MiB of table",
-                "expected": f"at most {FREE_BYTES >> 20} MiB plus {BYTES_PER_FILE_BYTE} bytes per byte of file",
-            }
+            failure = dict(_too_much(size))
         except Exception as error:  # a bug: named, so that it is reported, rather than a silent crash
             failure = {"message": f"cannot be read ({type(error).__name__}: {tables.short(error)})"}
         else:

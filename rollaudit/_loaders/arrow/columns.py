@@ -31,6 +31,7 @@ from ..._table import (
     concat_tables,
     contiguous_runs,
     numpy_view,
+    positions_in_row_order,
 )
 
 # Per-token values stored as float32 copies of one float64 scalar agree to about 1e-7.
@@ -303,7 +304,7 @@ def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array | pa.ChunkedA
     first = int(pc.index(finite, False).as_py())
     missing = f", {nulls} of them missing" if nulls else ""
     warnings.warn(
-        f"{path}: {bad} {noun} a NaN, infinite or missing reward (first at row {first}{missing}); "
+        f"{path}: {bad} {noun} a NaN, infinite or missing reward (first at row {first + 1}{missing}); "
         "kept as NaN and reported by the audit",
         RollauditWarning,
         stacklevel=5,
@@ -448,9 +449,25 @@ def repeated_keys(keys: Any, steps: Any, noun: str = "texts") -> tuple[dict[str,
 # Steps: one canonical table per step.
 
 
-def split_steps(table: pa.Table) -> list[tuple[int, pa.Table]]:
-    """A canonical table per distinct step, in step order (positions already count within each step)."""
+MAX_STEPS_PER_FILE = 10_000
+"""Most steps one file may hold in a format that writes a file per step (a TRL completions log, a verl or ROLL
+dump): such a file holds one step's batch, and its checks (group sizes, slices) are made step by step."""
+
+
+def split_steps(table: pa.Table, path: Path | None = None) -> list[tuple[int, pa.Table]]:
+    """A canonical table per distinct step, in step order (positions already count within each step); ``path``:
+    the one file of a file-per-step format the table was read from, which may hold at most
+    ``MAX_STEPS_PER_FILE`` steps."""
     runs = contiguous_runs(table.column(STEP))
+    if path is not None:
+        count = len(runs[1]) if runs is not None else len(np.unique(plain(table.column(STEP)).to_numpy()))
+        if count > MAX_STEPS_PER_FILE:
+            raise InputError(
+                f"holds {count:,} steps",
+                file=str(path),
+                field=STEP,
+                expected=f"at most {MAX_STEPS_PER_FILE:,} steps in one file: the format writes a file per step",
+            )
     if runs is not None:
         bounds, values = runs
         if len(values) <= 1:
@@ -475,12 +492,25 @@ def one_file_per_step(paths: list[Path], reduced: list[pa.Table], dumps: str, ex
     seen: dict[int, Path] = {}
     tables: list[tuple[int, pa.Table]] = []
     for path, file_table in zip(paths, reduced, strict=True):
-        for step, table in split_steps(file_table):
+        for step, table in split_steps(file_table, path):
             if step in seen:
                 raise InputError(f"two {dumps} of step {step}: {seen[step]} and {path}", expected=expected)
             seen[step] = path
             tables.append((step, table))
     return [table for _, table in sorted(tables, key=lambda item: item[0])]
+
+
+def in_step_order(tables: list[pa.Table]) -> pa.Table:
+    """Tables of files read in order as one table in step order; a step several files hold is one batch, its
+    positions 0, 1, 2, ... across them in file order. Vectorised: the cost is the rows', not the steps'."""
+    table = concat_tables(tables) if len(tables) > 1 else tables[0]
+    chunks = [numpy_view(chunk) for chunk in table.column(STEP).chunks]  # steps are never null
+    steps = chunks[0] if len(chunks) == 1 else np.concatenate(chunks or [np.zeros(0, np.int64)])
+    if bool(np.any(steps[1:] < steps[:-1])):
+        table = table.take(pa.array(np.argsort(steps, kind="stable")))  # stable: file order, then row order
+    if len(tables) > 1:
+        table = table.set_column(table.column_names.index(POSITION), POSITION, positions_in_row_order(table[STEP]))
+    return table
 
 
 def renumber_positions(tables: list[pa.Table]) -> pa.Table:

@@ -575,10 +575,10 @@ def read_pieces(path: Path, kind: str, columns: list[str] | None) -> Iterator[pa
                 for batch in parquet.iter_batches(batch_size=PIECE_ROWS, columns=columns):
                     rows += batch.num_rows
                     check_rows(rows, path)
-                    yield _decoded(pa.Table.from_batches([batch]))
+                    yield decode_dictionaries(pa.Table.from_batches([batch]))
                 if rows == 0:
                     empty = parquet.schema_arrow.empty_table()
-                    yield _decoded(empty if columns is None else empty.select(columns))
+                    yield decode_dictionaries(empty if columns is None else empty.select(columns))
             return
         if kind == "arrow-stream":
             with pa.ipc.open_stream(path) as reader:
@@ -589,7 +589,7 @@ def read_pieces(path: Path, kind: str, columns: list[str] | None) -> Iterator[pa
 
             table = feather.read_table(path, columns=columns)
         check_rows(table.num_rows, path)
-        yield _decoded(table)
+        yield decode_dictionaries(table)
     except (MemoryError, pa.ArrowCapacityError):  # ArrowMemoryError is a MemoryError: data that does not fit
         raise
     except (pa.ArrowException, OSError) as error:
@@ -598,7 +598,7 @@ def read_pieces(path: Path, kind: str, columns: list[str] | None) -> Iterator[pa
         raise InputError("a column name is not UTF-8 text", file=str(path), expected="UTF-8 column names") from None
 
 
-def _decoded(table: pa.Table) -> pa.Table:
+def decode_dictionaries(table: pa.Table) -> pa.Table:
     """Dictionary columns as plain ones, here where the memory bound holds: one long value a million times over
     is a few bytes of dictionary page and gigabytes decoded."""
     for index, field in enumerate(table.schema):

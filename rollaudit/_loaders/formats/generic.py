@@ -284,8 +284,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
-    """The reduced tables of generic files, in file order: one canonical table per step."""
-    parts: dict[int, list[pa.Table]] = {}
+    """The reduced tables of generic files, in file order, as one canonical table in step order (one small file
+    may hold hundreds of thousands of steps: nothing here is done step by step)."""
     stepless: list[Path] = []
     shared, unverified = 0, []
     for path, file_table in zip(paths, reduced, strict=True):
@@ -295,8 +295,6 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         shared += int(metadata.get(_SHARED_TEXTS, b"0"))
         if metadata.get(_UNVERIFIED):
             unverified.append(metadata[_UNVERIFIED].decode())
-        for step, table in columns.split_steps(file_table.replace_schema_metadata()):
-            parts.setdefault(step, []).append(table)
     if len(stepless) > 1:
         warnings.warn(
             f"{len(stepless)} files have no step column and no step<N> in their name ({stepless[0]}, ...): "
@@ -304,7 +302,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             RollauditWarning,
             stacklevel=3,
         )
-    combined = [columns.renumber_positions(parts[step]) for step in sorted(parts)]
+    combined = columns.in_step_order([file_table.replace_schema_metadata() for file_table in reduced])
     notes = []
     if shared:
         notes.append(
@@ -317,7 +315,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             "one group size n >= 2): a prompt-key column (group_index, uid, data_id) or --prompt-col prompt says it "
             "is one"
         )
-    return [with_found(table, {}, notes) for table in combined] if notes else combined
+    return [with_found(combined, {}, notes) if notes else combined]
 
 
 LOADER = Format(

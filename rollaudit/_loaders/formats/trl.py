@@ -201,7 +201,7 @@ def _check_slices(texts: pa.Array, n: int, inferred: bool, path: Path, field: st
         return
     row = int(bad[0])
     start = row // n * n
-    message = f"the prompt text changes inside the group of rows {start}-{start + n - 1} (num_generations={n})"
+    message = f"the prompt text changes inside the group of rows {start + 1}-{start + n} (num_generations={n})"
     if inferred:
         raise InputError(
             message,
@@ -212,7 +212,7 @@ def _check_slices(texts: pa.Array, n: int, inferred: bool, path: Path, field: st
             f"{n}; the groups are then taken as given)",
         )
     warnings.warn(
-        f"{path}: row {row}: {message}; {len(bad)} {'row differs' if len(bad) == 1 else 'rows differ'} from "
+        f"{path}: row {row + 1}: {message}; {len(bad)} {'row differs' if len(bad) == 1 else 'rows differ'} from "
         "their group's first prompt; "
         "groups kept as given by num_generations",
         RollauditWarning,
@@ -271,7 +271,7 @@ def read_steps(path: Path, options: LoadOptions) -> list[tuple[int, pa.Table]]:
     canonical = make_table(reward=rewards, step=steps, **extra)
 
     keyed: list[tuple[int, pa.Table]] = []
-    for step_value, part in columns.split_steps(canonical):
+    for step_value, part in columns.split_steps(canonical, path):
         positions = part.column(POSITION).to_numpy()
         part_texts = texts if part.num_rows == len(texts) else pc.take(texts, _rows_of(canonical, step_value))
         n, inferred = group_size(

@@ -11,11 +11,13 @@ never make one table.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import inspect
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -160,6 +162,30 @@ def detect_format(path: Path) -> str:
     raise InputError("not a dump rollaudit reads", file=str(path), expected=DUMP_HINT)
 
 
+_Parameters = ParamSpec("_Parameters")
+_Result = TypeVar("_Result")
+
+
+def _known_keywords(function: Callable[_Parameters, _Result]) -> Callable[_Parameters, _Result]:
+    """``function`` refusing a keyword it does not take with a UsageError that names it and the nearest one it
+    takes (a typo, ``prompt_coll``, is a usage error like any other, not Python's TypeError)."""
+    names = [name for name in inspect.signature(function).parameters if name != "path_or_paths"]
+
+    @functools.wraps(function)
+    def checked(*args: _Parameters.args, **keywords: _Parameters.kwargs) -> _Result:
+        for name in keywords:
+            if name not in names and name != "path_or_paths":
+                nearest = did_you_mean(name, names)
+                raise UsageError(
+                    f"{function.__name__}() takes no keyword {name!r}{nearest}",
+                    expected=None if nearest else f"one of {', '.join(names)}",
+                )
+        return function(*args, **keywords)
+
+    return checked
+
+
+@_known_keywords
 def load(
     path_or_paths: str | os.PathLike | Iterable[str | os.PathLike],
     options: LoadOptions | None = None,
@@ -223,7 +249,9 @@ def load(
     the same run reads no dump file. ``engine="ray"`` runs the per-file work
     as Ray tasks (``pip install 'rollaudit[ray]'``) on the cluster at
     ``ray_address`` (default: the running cluster, else a local Ray), the
-    files being readable where the tasks run. Bad input raises
+    files being readable where the tasks run. A keyword ``load`` does not
+    take raises :class:`~rollaudit.UsageError` naming it and the nearest one
+    it does. Bad input raises
     :class:`~rollaudit.InputError` with one line naming the file, field and
     sample; unknown classes in a dump become inert placeholders (one
     :class:`~rollaudit.RollauditWarning` per file) and nothing the file
