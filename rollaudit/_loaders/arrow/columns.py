@@ -504,10 +504,14 @@ def in_step_order(tables: list[pa.Table]) -> pa.Table:
     """Tables of files read in order as one table in step order; a step several files hold is one batch, its
     positions 0, 1, 2, ... across them in file order. Vectorised: the cost is the rows', not the steps'."""
     table = concat_tables(tables) if len(tables) > 1 else tables[0]
-    chunks = [numpy_view(chunk) for chunk in table.column(STEP).chunks]  # steps are never null
-    steps = chunks[0] if len(chunks) == 1 else np.concatenate(chunks or [np.zeros(0, np.int64)])
-    if bool(np.any(steps[1:] < steps[:-1])):
-        table = table.take(pa.array(np.argsort(steps, kind="stable")))  # stable: file order, then row order
+    # Steps are never null; checked chunk by chunk (a row group each), nothing joined unless it must be sorted.
+    chunks = [view for view in map(numpy_view, table.column(STEP).chunks) if len(view)]
+    ascending = all(not np.any(view[1:] < view[:-1]) for view in chunks) and all(
+        before[-1] <= after[0] for before, after in itertools.pairwise(chunks)
+    )
+    if not ascending:
+        order = np.argsort(np.concatenate(chunks), kind="stable")  # stable: file order, then row order
+        table = table.take(pa.array(order))
     if len(tables) > 1:
         table = table.set_column(table.column_names.index(POSITION), POSITION, positions_in_row_order(table[STEP]))
     return table
