@@ -570,7 +570,16 @@ def select_steps(table: pa.Table, steps: str | int | Iterable[int]) -> pa.Table:
     for first, last in ranges:
         inside = pc.and_(pc.greater_equal(column, first), pc.less_equal(column, last))
         keep = inside if keep is None else pc.or_(keep, inside)
-    return table.filter(keep)
+    selected = table.filter(keep)
+    kept = pc.unique(selected.column(STEP)).to_pylist()
+    if len(kept) == len(held) or not found_in(table):
+        return selected
+    # What the loader found (a line of every report) was counted over the whole dump: say so beside it.
+    note = (
+        f"{len(kept):,} of the dump's {len(held):,} steps selected ({steps_text(kept)}): the counts the loader "
+        "found are the whole dump's"
+    )
+    return with_found(selected, found_in(table), [*notes_in(table), note])
 
 
 def key_matches(column: pa.Array | pa.ChunkedArray, key: str | int, what: str = "prompt") -> pa.Array | pa.ChunkedArray:

@@ -118,6 +118,19 @@ def recorded_report():
     return rollaudit.audit(rollaudit.load(DUMP_DETAILS), device="cpu", keep_advantages=True)
 
 
+def test_selected_steps_say_the_loaders_counts_are_the_whole_dumps():
+    """The line of what the loader found counts every step it read; after a selection, a note says so (the same
+    line once read as if it described the selected steps)."""
+    table = rollaudit.load(VERL)
+    report = rollaudit.audit(rollaudit.select_steps(table, "2"))
+    assert report.info["found"] == {"verl v0 (prompt = the input text)": {"prompts": 10, "samples": 40}}
+    assert report.info["samples"] == 16
+    assert report.info["loader_notes"] == [
+        "1 of the dump's 2 steps selected (2): the counts the loader found are the whole dump's"
+    ]
+    assert "loader_notes" not in rollaudit.audit(rollaudit.select_steps(table, "1-2")).info
+
+
 def test_a_prompts_view_has_each_samples_step_trajectory_reward_and_advantages(recorded_report):
     view = recorded_report.prompt(2)
     assert list(view.columns) == [
