@@ -52,6 +52,11 @@ CANONICAL_COLUMNS = (
     RECORDED_ADVANTAGE,
 )
 KEY_COLUMNS = (PROMPT, TRAJECTORY)
+# Passed-through columns some presets read (prime-rl's): the seat, the env, the scoring order, the length counts.
+AGENT = "agent"
+ENV = "env"
+SCORING_ORDER = "scoring_order"
+LENGTH_COLUMNS = ("num_output_tokens", "num_input_tokens", "num_turns")
 _FIXED_TYPES = {
     STEP: pa.int64(),
     POSITION: pa.int64(),

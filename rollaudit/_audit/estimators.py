@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 import torch
 
 from .._errors import NotAuditable
-from .._table import TRAJECTORY
+from .._table import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER, TRAJECTORY
 from .engine.encode import F64, Encoded
 from .engine.groups import Segments, grouping_of
-from .schemes import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER, Scheme
+from .schemes import Scheme
 
 # prime-rl's LinearLengthPenaltyConfig defaults: weights of the output tokens, input tokens and turns.
 LENGTH_WEIGHTS = (0.25, 0.1, 0.1)

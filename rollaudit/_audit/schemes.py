@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .._errors import SchemeError
+from .._table import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER
 
 Groups = Literal["batch", "prompt", "positional", "legacy"]
 
@@ -260,12 +261,6 @@ def check_estimator(scheme: Scheme, label: str) -> None:
         raise SchemeError(f"{label}: {named[0]} takes no drop or batch std")
     if scheme.scale == "std":
         raise SchemeError(f"{label}: {named[0]} divides by no std: it needs scale=none")
-
-
-AGENT = "agent"
-ENV = "env"
-SCORING_ORDER = "scoring_order"
-LENGTH_COLUMNS = ("num_output_tokens", "num_input_tokens", "num_turns")
 
 
 def columns_needed(scheme: Scheme) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from .options import (
     Device,
     DeviceOption,
     GateRules,
+    HtmlFile,
     Inputs,
     PromptKey,
     Quiet,
@@ -90,14 +91,7 @@ def compare(
             "--plot", metavar="DIR", help="Write PNGs into this directory: group sizes, advantage scatter, per step."
         ),
     ] = None,
-    html_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            metavar="FILE",
-            help="Also write the report as one self-contained HTML page (figures inline, no network).",
-        ),
-    ] = None,
+    html_file: HtmlFile = None,
     top: Annotated[
         int, typer.Option("--top", min=0, metavar="N", help="How many prompts each prompt table shows.")
     ] = 5,

@@ -80,6 +80,15 @@ TrainedWith = Annotated[
     ),
 ]
 DeviceOption = Annotated[Device, typer.Option("--device", help="Where advantages are recomputed.")]
+HtmlFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Also write a self-contained HTML page (figures inline, no network), atomically: the report "
+        "(watch: the run so far, rewritten after each step).",
+    ),
+]
 Steps = Annotated[
     str | None,
     typer.Option(

@@ -19,7 +19,7 @@ from .._errors import GateFailed, UsageError
 from .._loaders.options import LoadOptions
 from .app import Terminated, app
 from .io import echo_line
-from .options import GATE_RULES, LOAD, ConfigFile, Device, DeviceOption, GateRules, scheme_strings
+from .options import GATE_RULES, LOAD, ConfigFile, Device, DeviceOption, GateRules, HtmlFile, scheme_strings
 
 DEFAULT_LOAD = LoadOptions()
 DEFAULT_RULES: GateRules = {}
@@ -93,12 +93,7 @@ def watch(
             show_default=False,
         ),
     ] = None,
-    html_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", metavar="FILE", help="Rewrite this HTML page of the run so far after each step (atomically)."
-        ),
-    ] = None,
+    html_file: HtmlFile = None,
     fail_fast: Annotated[
         bool, typer.Option("--fail-fast", help="Exit 1 at the first step that fails a rule, naming step and rule.")
     ] = False,

@@ -12,17 +12,15 @@ import html
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from markdown_it import MarkdownIt
 
 from tests.loaders.test_hostile import (
-    _MEASURE,
-    SECONDS,
     _measurement_table,  # noqa: F401 - ROLLAUDIT_HOSTILE_TABLE writes these too
     check,
+    measure,
     size_of,
 )
 
@@ -62,17 +60,7 @@ def run_as_user(*args: str | Path, cwd: Path, **environment: str) -> dict:
     for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "FORCE_COLOR", "TTY_COMPATIBLE", "PYTHONIOENCODING"):
         env.pop(name, None)
     env.update(environment)
-    command = [sys.executable, "-m", "rollaudit", *map(str, args)]
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(SECONDS * 3), *command],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=SECONDS * 4,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return measure([sys.executable, "-m", "rollaudit", *map(str, args)], cwd, env)
 
 
 def runner_commands(text: str) -> list[str]:

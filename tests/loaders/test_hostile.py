@@ -52,11 +52,8 @@ _MEASURE = textwrap.dedent(
 _MEASURED: list[dict] = []
 
 
-def run_measured(*args: str | Path, cwd: Path, stdin: str | None = None) -> dict:
-    """``rollaudit ARGS`` in a fresh child of a fresh measuring process: exit code, output, seconds, peak MiB."""
-    command = [sys.executable, "-m", "rollaudit", *map(str, args)]
-    environment = {**os.environ, "COLUMNS": "120", "XDG_CACHE_HOME": str(cwd / "cache")}
-    environment.pop("GITHUB_ACTIONS", None)
+def measure(command: list[str], cwd: Path, environment: dict[str, str]) -> dict:
+    """``command`` in a fresh child of a fresh measuring process: exit code, output, seconds, peak MiB."""
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(SECONDS * 3), *command],
         capture_output=True,
@@ -67,6 +64,13 @@ def run_measured(*args: str | Path, cwd: Path, stdin: str | None = None) -> dict
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def run_measured(*args: str | Path, cwd: Path) -> dict:
+    """``rollaudit ARGS`` measured (:func:`measure`) with COLUMNS=120, a private cache, not under GitHub Actions."""
+    environment = {**os.environ, "COLUMNS": "120", "XDG_CACHE_HOME": str(cwd / "cache")}
+    environment.pop("GITHUB_ACTIONS", None)
+    return measure([sys.executable, "-m", "rollaudit", *map(str, args)], cwd, environment)
 
 
 def check(case: str, result: dict, size: str, *, codes: tuple[int, ...] = (0, 2), said: str | None = None) -> None:

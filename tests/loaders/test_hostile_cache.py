@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,11 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.loaders.test_hostile import (
-    _MEASURE,
-    SECONDS,
     _cached_run,
     _measurement_table,  # noqa: F401  (ROLLAUDIT_HOSTILE_TABLE=FILE)
     check,
+    measure,
     run_measured,
     size_of,
 )
@@ -198,16 +196,7 @@ def test_no_home_directory_means_one_warning_and_no_cache(tmp_path: Path, home: 
     work.mkdir()
     environment = {} if home is None else {"HOME": home}  # env -i: no XDG_CACHE_HOME either
     command = [sys.executable, "-c", _WITHOUT_PASSWD_ENTRY, "compare", str(dump), "--json"]
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(SECONDS * 3), *command],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=environment,
-        timeout=SECONDS * 4,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = measure(command, work, environment)
     check(f"no home directory ({'HOME unset' if home is None else f'HOME={home!r}'})", result, size_of(dump),
           codes=(0,))  # fmt: skip
     warned = [line for line in result["stderr"].splitlines() if "no cache" in line]

@@ -454,6 +454,12 @@ MAX_STEPS_PER_FILE = 10_000
 dump): such a file holds one step's batch, and its checks (group sizes, slices) are made step by step."""
 
 
+def surrogate_safe(value: str) -> str:
+    """A key parsed from JSON as UTF-8 text: a lone surrogate (a ``\\ud800`` escape in the JSON), which Arrow
+    cannot store, stays its escape, so that two such keys stay two."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def split_steps(table: pa.Table, path: Path | None = None) -> list[tuple[int, pa.Table]]:
     """A canonical table per distinct step, in step order (positions already count within each step); ``path``:
     the one file of a file-per-step format the table was read from, which may hold at most

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..._errors import InputError
-from ..._table import make_table, with_found, with_trained_default
+from ..._table import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER, make_table, with_found, with_trained_default
 from ..arrow import columns, tables
 from ..base import Format
 
@@ -60,8 +60,7 @@ _NODE = pa.struct(
     ]
 )
 _CALL = pa.struct([pa.field("node", pa.int64()), pa.field("usage", _USAGE)])
-# Linear length penalty weights are the config's; its inputs are these counts (trace.py's token properties).
-LENGTH_COLUMNS = ("num_output_tokens", "num_input_tokens", "num_turns")
+OUTPUT_TOKENS, INPUT_TOKENS, TURNS = LENGTH_COLUMNS
 DEFAULT = (
     "prime-grpo",
     "prime-rl's default algorithm (grpo: r minus the group mean, float32); each env's algorithm is in the run's "
@@ -409,12 +408,13 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         "step": pa.array(group_step),
         "response_length": rows.column("sampled_tokens"),
         "recorded_advantage": pa.array(recorded[order], from_pandas=True),
-        "env": rows.column("env"),
-        "agent": rows.column("agent"),
-        "num_output_tokens": rows.column("num_output_tokens"),
-        "num_input_tokens": pa.array(rows.column("num_total_tokens").to_numpy() - output),
-        "num_turns": rows.column("num_turns"),
-        "scoring_order": pa.array(np.arange(len(order)) if from_start else np.full(len(order), None)).cast(pa.int64()),
+        ENV: rows.column("env"),
+        AGENT: rows.column("agent"),
+        # The length penalty's inputs (trace.py's token properties), named as the presets read them.
+        OUTPUT_TOKENS: rows.column("num_output_tokens"),
+        INPUT_TOKENS: pa.array(rows.column("num_total_tokens").to_numpy() - output),
+        TURNS: rows.column("num_turns"),
+        SCORING_ORDER: pa.array(np.arange(len(order)) if from_start else np.full(len(order), None)).cast(pa.int64()),
         "arrival_step": rows.column("file_step"),
         "trace_id": rows.column("trace_id"),
     }

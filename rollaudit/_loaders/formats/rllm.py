@@ -31,9 +31,8 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import PROMPT, REWARD, STEP, TRAJECTORY, make_table, with_found, with_trained_default
-from ..arrow import tables
+from ..arrow import columns, tables
 from ..base import Format, folder_step
-from .roll import key_text
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -140,7 +139,7 @@ def _episode_rows(path: Path, document: Any) -> dict[str, list]:
     step, episode = document.get("training_step"), document.get("episode_id")
     if type(step) is not int or not 0 <= step < 1 << 63 or not isinstance(episode, str):
         raise InputError("has no training_step or episode_id", file=str(path), expected="an rllm episode")
-    episode = key_text(episode)
+    episode = columns.surrogate_safe(episode)
     task = episode.rsplit(":", 1)[0]  # episode.id = f"{task_id}:{rollout_idx}"
     rows: dict[str, list] = {"prompt": [], "uid": [], "reward": [], _LAST_REWARD: [], "segment": [], "step": []}
     for position, trajectory in enumerate(document["trajectories"]):
@@ -150,11 +149,11 @@ def _episode_rows(path: Path, document: Any) -> dict[str, list]:
         if not isinstance(steps, list) or not steps:
             continue  # no step, no training row (an errored episode)
         name = trajectory.get("name")
-        name = f"{UNNAMED}_{position}" if name in (None, UNNAMED) else key_text(str(name))
+        name = f"{UNNAMED}_{position}" if name in (None, UNNAMED) else columns.surrogate_safe(str(name))
         uid = trajectory.get("uid")
         if not isinstance(uid, str):
             raise InputError("a trajectory has no uid", file=str(path), field="uid", expected="rllm's trajectory uid")
-        uid = key_text(uid)
+        uid = columns.surrogate_safe(uid)
         reward = _number(trajectory.get("reward"), path, "reward")
         last = _number(steps[-1].get("reward") if isinstance(steps[-1], dict) else None, path, "steps[-1].reward")
         for segment in range(_segments(steps)):

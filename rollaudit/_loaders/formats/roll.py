@@ -61,12 +61,6 @@ def expand_directory(directory: Path) -> list[Path] | None:
     return files or None
 
 
-def key_text(value: str) -> str:
-    """A key parsed from JSON as UTF-8 text: a lone surrogate (a ``\\ud800`` escape in the JSON), which Arrow
-    cannot store, stays its escape, so that two such keys stay two (rllm's keys too)."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _float(value: float) -> float:
     try:
         return float(value)
@@ -103,9 +97,9 @@ def _trajectory(text: Any, path: Path, row: int) -> dict:
     episode = info.get("episode_reward")
     episode_reward = _float(episode) if isinstance(episode, (int, float)) and not isinstance(episode, bool) else None
     return {
-        "group": key_text("_".join(str(env[key]) for key in ("tag", "group_id", "episode_id", "seed"))),
-        "env_id": key_text(str(env["env_id"])),
-        "tag": key_text(str(env["tag"])),
+        "group": columns.surrogate_safe("_".join(str(env[key]) for key in ("tag", "group_id", "episode_id", "seed"))),
+        "env_id": columns.surrogate_safe(str(env["env_id"])),
+        "tag": columns.surrogate_safe(str(env["tag"])),
         "rewards": [_float(value) for value in rewards],
         "episode_reward": episode_reward,
     }
