@@ -149,7 +149,13 @@ def checked(values: Mapping[str, Any], spelling: Spelling = KEYWORDS) -> dict[st
             f"{name('cache')} is {cache!r}", expected="a directory, True for the default one, False/None for none"
         )
     if isinstance(cache, (str, os.PathLike)):
-        values["cache"] = Path(cache).expanduser()
+        try:
+            values["cache"] = Path(cache).expanduser()
+        except RuntimeError:  # "~" with no HOME and no passwd entry (env -i, docker run --user 12345)
+            raise UsageError(
+                f"{name('cache')} is {str(cache)!r}: ~ names the home directory, and this user has none",
+                expected="a directory path without ~",
+            ) from None
     return values
 
 

@@ -203,3 +203,13 @@ def test_no_home_directory_means_one_warning_and_no_cache(tmp_path: Path, home: 
     assert len(warned) == 1 and "home directory" in warned[0], result["stderr"]
     assert list(work.iterdir()) == [], "a cache was made where the command ran"
     assert _summary(result) == _fresh_summary(dump, tmp_path)
+
+
+def test_a_cache_under_a_home_that_does_not_exist_is_one_usage_line(tmp_path: Path):
+    """``--cache ~/x`` with no home directory ended in ``RuntimeError: Could not determine home directory``."""
+    dump = generate.save_rollout_dump(tmp_path / "0.pt", 0, generate.spec_4_3_4_step())
+    work = tmp_path / "work"
+    work.mkdir()
+    result = measure([sys.executable, "-c", _WITHOUT_PASSWD_ENTRY, "compare", str(dump), "--cache", "~/x"], work, {})
+    check("--cache ~/x with no home directory", result, size_of(dump), codes=(2,), said="this user has none")
+    assert list(work.iterdir()) == []
