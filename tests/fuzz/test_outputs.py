@@ -89,6 +89,7 @@ def test_an_output_in_a_missing_directory(tmp_path: Path, name: str):
         result = _invoke(*_arguments(name, out))
         assert result.exit_code == 0, result.stderr
         assert sorted(path.name for path in out.iterdir()) == [
+            "advantage_distribution.png",
             "advantage_scatter.png",
             "group_sizes.png",
             "per_step.png",
