@@ -16,7 +16,17 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rollaudit"
 LAYERS = (
-    ("base", ("rollaudit._version", "rollaudit._errors", "rollaudit._table", "rollaudit._output", "rollaudit._json")),
+    (
+        "base",
+        (
+            "rollaudit._version",
+            "rollaudit._errors",
+            "rollaudit._memory",
+            "rollaudit._table",
+            "rollaudit._output",
+            "rollaudit._json",
+        ),
+    ),
     ("loaders", ("rollaudit._loaders",)),
     ("audit", ("rollaudit._audit",)),
     ("gate", ("rollaudit._gate",)),
@@ -35,7 +45,7 @@ renderer makes it. Nothing else in the package imports at display time."""
 
 ROOMS = {
     "rollaudit._loaders.torchsave": (),
-    "rollaudit._loaders.arrow": ("rollaudit._table", "rollaudit._output"),
+    "rollaudit._loaders.arrow": ("rollaudit._table", "rollaudit._output", "rollaudit._memory"),
     "rollaudit._loaders.formats": (
         "rollaudit._table",
         "rollaudit._loaders.base",
@@ -48,6 +58,7 @@ ROOMS = {
         "rollaudit._table",
         "rollaudit._output",
         "rollaudit._version",
+        "rollaudit._memory",
         "rollaudit._loaders.options",
         "rollaudit._loaders.registry",
         "rollaudit._loaders.arrow",

@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .._errors import SchemeError
+from .._memory import with_small_pages
 from .._table import (
     PROMPT,
     REWARD,
@@ -269,6 +270,7 @@ def _compute(
     )
 
 
+@with_small_pages
 def audit(
     table: pa.Table,
     schemes: SchemeList = DEFAULT_SCHEMES,

@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from .._errors import RollauditError, RollauditWarning, log_safe, visible
+from .._memory import prefer_small_pages
 
 
 def _one_line(text: object) -> str:
@@ -252,5 +253,6 @@ def _degrade_unencodable_output() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script ``rollaudit``."""
+    prefer_small_pages()
     _degrade_unencodable_output()
     typer.main.get_command(app).main(args=argv, prog_name="rollaudit")

@@ -10,6 +10,7 @@ import os
 import stat
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,45 @@ def test_an_entry_whose_format_metadata_changed_is_a_miss(tmp_path: Path, case: 
     result = run_measured("compare", dump, "--json", cwd=tmp_path)
     check(f"cache entry with {case}", result, planted, codes=(0,))
     assert _summary(result) == _fresh_summary(dump, tmp_path)
+
+
+_SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+_FORGERIES = {
+    "removed": lambda metadata, key: metadata.pop(key),
+    "garbled": lambda metadata, key: metadata.update({key: b"\xff{"}),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(_FORGERIES))
+@pytest.mark.parametrize("sample", ["fanout", "trl", "verl", "miles", "generic/rollouts.csv"])
+def test_an_entry_forged_with_a_matching_record_is_a_miss(tmp_path: Path, sample: str, forgery: str):
+    """Once, an entry whose format metadata was removed, the cache's record rewritten to match it, ended in a
+    KeyError traceback for TRL, verl, miles and generic tables (slime's named the cache in an error)."""
+    import rollaudit
+    from rollaudit._loaders.run.cache import _shape
+
+    dump, cache = _SAMPLES / sample, tmp_path / "cache"
+    fresh = rollaudit.load(dump, cache=False)
+    rollaudit.load(dump, cache=cache)
+    forged = 0
+    for entry in sorted(cache.rglob("*.parquet")):
+        table = pq.read_table(entry)
+        metadata = dict(table.schema.metadata)
+        record = json.loads(metadata[_CACHE_KEY])
+        for key in [key for key in metadata if key.startswith(b"rollaudit.") and key != _CACHE_KEY]:
+            _FORGERIES[forgery](metadata, key)
+            forged += 1
+        del metadata[_CACHE_KEY]
+        record["shape"] = _shape(table.replace_schema_metadata(metadata))
+        metadata[_CACHE_KEY] = json.dumps(record).encode()
+        pq.write_table(table.replace_schema_metadata(metadata), entry)
+    assert forged, "the sample's read tables carry no metadata of their own: nothing was forged"
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        again = rollaudit.load(dump, cache=cache)
+    assert again.to_pandas().equals(fresh.to_pandas()) and again.schema == fresh.schema  # NaN rewards: not .equals
+    messages = [str(warning.message) for warning in raised]
+    assert len(messages) == len(set(messages)), messages  # each file's warnings once, not again as it is reread
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..._errors import InputError
+from ..._memory import prefer_small_pages
 from ..._output import pid_alive
 
 if TYPE_CHECKING:
@@ -374,6 +375,7 @@ def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -
 
     from . import tables
 
+    prefer_small_pages()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = requests or sys.stdin.buffer
     answers = answers or sys.stdout.buffer

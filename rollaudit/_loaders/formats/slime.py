@@ -513,25 +513,18 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 def _from_reduced(path: Path, table: pa.Table) -> RolloutStep | TrainStep:
     metadata = table.schema.metadata or {}
-    try:
-        step = int(metadata[_STEP])
-        if metadata[_KIND] == b"rollout":
-            split = metadata[_SPLIT].decode()
-            return RolloutStep(path=path, step=step, split=split, table=table.replace_schema_metadata())
-        return TrainStep(
-            path=path,
-            step=step,
-            sample_index=table.column(_SAMPLE_INDEX).to_pylist(),
-            rollout_position=table.column(_ROLLOUT_POSITION).to_pylist(),
-            advantage=table.column(RECORDED_ADVANTAGE).to_pylist(),
-            raw_reward=json.loads(metadata[_RAW_REWARD]),
-        )
-    except (KeyError, ValueError):  # only a cache entry written by something else than read() gets here
-        raise InputError(
-            "its cached read table is not one slime's reader writes (its metadata or columns)",
-            file=str(path),
-            expected="a cache entry as rollaudit writes it (run with --no-cache, or remove the cache directory)",
-        ) from None
+    step = int(metadata[_STEP])
+    if metadata[_KIND] == b"rollout":
+        split = metadata[_SPLIT].decode()
+        return RolloutStep(path=path, step=step, split=split, table=table.replace_schema_metadata())
+    return TrainStep(
+        path=path,
+        step=step,
+        sample_index=table.column(_SAMPLE_INDEX).to_pylist(),
+        rollout_position=table.column(_ROLLOUT_POSITION).to_pylist(),
+        advantage=table.column(RECORDED_ADVANTAGE).to_pylist(),
+        raw_reward=json.loads(metadata[_RAW_REWARD]),
+    )
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:

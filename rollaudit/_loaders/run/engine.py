@@ -165,6 +165,7 @@ class Read:
     format: str
     path: Path
     table: pa.Table
+    cached: bool = False
 
 
 def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | None, detect: Detect) -> list[Read]:
@@ -188,7 +189,7 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
         if entry is None:
             misses.append(index)
             continue
-        results[index] = Read(entry.format, item.path, entry.table)
+        results[index] = Read(entry.format, item.path, entry.table, cached=True)
         warned[index] = entry.warned
         if on_file is not None:
             on_file(str(item.path), item.size)
@@ -250,7 +251,7 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker)
     try:
         futures = {pool.submit(read_outcome, str(item.format), item.absolute, options): index for index, item in work}
         for future in as_completed(futures):
@@ -266,10 +267,14 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to this process, which stops them: no traceback from each."""
+def _start_worker() -> None:
+    """Workers leave Ctrl-C to this process, which stops them: no traceback from each. Their memory is
+    rollaudit's own (see ``rollaudit._memory``)."""
     import signal
 
+    from ..._memory import prefer_small_pages
+
+    prefer_small_pages()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

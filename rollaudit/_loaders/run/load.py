@@ -10,11 +10,13 @@ never make one table.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import inspect
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -22,6 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 import pyarrow as pa
 
 from ..._errors import InputError, UsageError, did_you_mean
+from ..._memory import with_small_pages
 from ..._table import (
     FORMATS_METADATA,
     PIECE_ROWS,
@@ -186,6 +189,7 @@ def _known_keywords(function: Callable[_Parameters, _Result]) -> Callable[_Param
 
 
 @_known_keywords
+@with_small_pages
 def load(
     path_or_paths: str | os.PathLike | Iterable[str | os.PathLike],
     options: LoadOptions | None = None,
@@ -291,16 +295,26 @@ def load(
         )
     files = expand_paths(path_or_paths)
     grouped: dict[str, tuple[list[Path], list[pa.Table]]] = {}
+    cached: set[str] = set()
     for read in run_items(files, options, on_file, _detect_one_format()):
         paths, parts = grouped.setdefault(read.format, ([], []))
         paths.append(read.path)
         parts.append(read.table)
+        if read.cached:
+            cached.add(read.format)
     if len(grouped) > 1:  # files found in the cache were not detected: their formats are known only now
         raise _several_formats({name: paths for name, (paths, _) in grouped.items()})
     tables: list[pa.Table] = []
     for name, (paths, parts) in grouped.items():
         FORMATS[name].check_options(options)
-        tables.extend(FORMATS[name].combine(paths, parts, options))
+        try:
+            tables.extend(FORMATS[name].combine(paths, parts, options))
+        except Exception:
+            if name not in cached:
+                raise
+            # An entry its format cannot combine (its metadata forged along with the cache's own record) is a miss
+            # like any other damaged entry: the files are read again, and what fails then fails as read.
+            tables.extend(FORMATS[name].combine(paths, _read_again(paths, options, name), options))
     found, notes = merge_found(tables)
     facts = merge_facts(tables)
     table = _in_step_order(tables)
@@ -309,6 +323,14 @@ def load(
     if facts:
         table = with_facts(table, **facts)
     return with_found(table, found, notes) if found or notes else table
+
+
+def _read_again(paths: list[Path], options: LoadOptions, format_name: str) -> list[pa.Table]:
+    """The read tables of ``paths``, from the files, never the cache (their warnings were raised once already)."""
+    again = dataclasses.replace(options, cache=False, format=format_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [read.table for read in run_items(paths, again, None, _detect_one_format())]
 
 
 def _detect_one_format() -> Callable[[Path], str]:
