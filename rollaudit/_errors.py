@@ -6,8 +6,12 @@ escaping a command is a bug.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import warnings
 from collections.abc import Iterable
+from types import FrameType
 
 # Characters a terminal, a browser or a diff viewer would act on rather than show: C0 and C1 controls (ANSI and
 # OSC escapes start with one), the bidirectional overrides that reorder what is displayed, and lone surrogates
@@ -110,3 +114,16 @@ def exit_code(error: BaseException) -> int:
 
 class RollauditWarning(UserWarning):
     """Something the audit worked around and the user should know (one line)."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str, category: type[Warning] = RollauditWarning) -> None:
+    """``warnings.warn`` attributed to the first frame outside rollaudit: the caller's own line, whatever
+    rollaudit's calls and wrappers lie between."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

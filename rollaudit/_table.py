@@ -372,16 +372,13 @@ def concat_tables(tables: Iterable[pa.Table]) -> pa.Table:
         }
     )
     if drifting:
-        import warnings
-
-        from ._errors import RollauditWarning
+        from ._errors import RollauditWarning, warn
 
         names = ", ".join(map(repr, drifting))
         subject = f"columns {names} change" if len(drifting) > 1 else f"column {names} changes"
-        warnings.warn(
+        warn(
             f"{subject} type between files: left out of the table",
             RollauditWarning,
-            stacklevel=3,
         )
         tables = [table.drop_columns([name for name in drifting if name in table.column_names]) for table in tables]
     try:

@@ -5,6 +5,7 @@ table -> encode (codes on one device) -> advantages per scheme -> metrics -> Rep
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from .._table import (
 )
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
 from .presets import get_scheme, split_schemes
-from .report import RECORDED_ROW, Report
+from .report import RECORDED_ROW, Distributions, Report
 from .schemes import Scheme
 from .trained import TrainedWith, from_config, from_recorded
 
@@ -349,7 +350,36 @@ def audit(
         detection=computed.detection,
         step_groups=step_groups,
         advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
+        distributions=_distributions(computed.values, plan.reference),
     )
+
+
+def _distributions(values: dict[str, torch.Tensor], reference: str) -> Distributions | None:
+    """Every row's finite advantages in ``Distributions.BINS`` bins between the lowest and the highest of them
+    all, counted where they are (on the GPU when the audit ran there); the reference's row first. A row with a
+    NaN or an infinity (``aminmax`` says so: both propagate) is counted over its finite values, copied one row
+    at a time."""
+    import torch
+
+    names = [name for name in dict.fromkeys((reference, *values)) if name in values]
+
+    def finite(name: str) -> torch.Tensor:
+        tensor = values[name]
+        if tensor.dtype not in (torch.float32, torch.float64):
+            tensor = tensor.to(torch.float64)
+        if tensor.numel() and not all(map(math.isfinite, (float(bound) for bound in torch.aminmax(tensor)))):
+            tensor = tensor[torch.isfinite(tensor)]
+        return tensor
+
+    ranges = [tuple(float(bound) for bound in torch.aminmax(part)) for part in map(finite, names) if part.numel()]
+    if not ranges:
+        return None
+    low, high = min(bound[0] for bound in ranges), max(bound[1] for bound in ranges)
+    if low == high:
+        low, high = low - 0.5, high + 0.5
+    bins = Distributions.BINS
+    counts = {name: torch.histc(finite(name), bins=bins, min=low, max=high).to(torch.int64).tolist() for name in names}
+    return Distributions(low=low, high=high, counts=counts)
 
 
 def _kept_advantages(table: pa.Table, values: dict[str, torch.Tensor]) -> pa.Table:

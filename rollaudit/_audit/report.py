@@ -37,6 +37,7 @@ class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
         steps = frame.index.get_level_values(0)
         codes, uniques = pd.factorize(steps)
         self._steps = [str(step) for step in uniques.tolist()]
+        self._index = {step: index for index, step in enumerate(self._steps)}
         self._order = np.argsort(codes, kind="stable")
         self._bounds = np.searchsorted(codes[self._order], np.arange(len(self._steps) + 1))
         self._frame = frame
@@ -48,10 +49,8 @@ class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
         return iter(self._steps)
 
     def __getitem__(self, step: str) -> dict[str, dict[str, Any]]:
-        for key, rows in self._chunk(0, len(self._steps)):
-            if key == step:
-                return rows
-        raise KeyError(step)
+        index = self._index[step]  # KeyError for a step it does not hold, as a dict
+        return next(self._chunk(index, index + 1))[1]
 
     def items(self) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:  # type: ignore[override]
         for start in range(0, len(self._steps), self.CHUNK_STEPS):
@@ -67,6 +66,27 @@ class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
         for step, size in zip(self._steps[first:last], sizes, strict=True):
             yield step, dict(zip(schemes[at : at + size], records[at : at + size], strict=True))
             at += size
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """Each row's finite advantages (the reference's first) counted in ``BINS`` equal bins over ``[low, high]``,
+    the same bins for every row; the last bin holds ``high``. ``merged(n)``: the counts in ``n`` bins, ``n`` a
+    divisor of ``BINS``."""
+
+    BINS = 240  # divisible by every bin count from 12 to 40 a divisor of it: 12, 15, 16, 20, 24, 30, 40
+    low: float
+    high: float
+    counts: dict[str, list[int]]
+
+    def merged(self, bins: int) -> dict[str, list[int]]:
+        if self.BINS % bins:
+            raise ValueError(f"{bins} does not divide {self.BINS}")
+        width = self.BINS // bins
+        return {
+            name: [sum(counts[at : at + width]) for at in range(0, self.BINS, width)]
+            for name, counts in self.counts.items()
+        }
 
 
 @dataclass
@@ -96,6 +116,9 @@ class Report:
     advantages): no advantage column can take a key's name.
     :meth:`prompt` shows one prompt's samples from it;
     :meth:`advantages_by_scheme` gives the advantages by scheme name.
+    ``distributions``: the advantages as histograms on shared bins (a
+    :class:`Distributions`, kept whatever ``advantages``; None where no
+    advantage is finite).
 
     ``trained_with``: which scheme the run itself trained with and on what
     evidence (a :class:`~rollaudit._audit.trained.TrainedWith`).
@@ -115,6 +138,7 @@ class Report:
     advantages: pa.Table | None = field(default=None, repr=False)
     trained_with: TrainedWith = field(default_factory=lambda: TrainedWith(None, "unknown", "not audited"))
     not_auditable: dict[str, str] = field(default_factory=dict)
+    distributions: Distributions | None = field(default=None, repr=False)
 
     @property
     def trained_row(self) -> str | None:

@@ -48,9 +48,6 @@ from .options import (
 
 # What the LOAD group's options make when none is given; the signature typer reads has the options instead.
 DEFAULT_LOAD = LoadOptions()
-DISTRIBUTION_ROWS = 2_000_000
-"""Up to this many samples the terminal report keeps every advantage to draw their distributions (8 bytes a
-sample and scheme, plus the keys); beyond, ``--html`` or ``--plot`` draws them."""
 DEFAULT_RULES: GateRules = {}
 
 
@@ -136,10 +133,7 @@ def compare(
             schemes=names,
             reference=reference,
             device=device.value,
-            keep_advantages=plot is not None
-            or html_file is not None
-            or prompt is not None
-            or (chosen == "terminal" and table.num_rows <= DISTRIBUTION_ROWS),
+            keep_advantages=plot is not None or html_file is not None or prompt is not None,
             trained_with=trained_with,
         )
     from .._render.registry import COMPARE_RENDERERS

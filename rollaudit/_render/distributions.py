@@ -1,12 +1,11 @@
 """Advantage distributions for the terminal: each scheme's advantages as a one-line histogram over the same bins
-as the reference's, from the advantages a report kept (``Report.advantages``); nothing when it kept none."""
+as the reference's, from the counts every report holds (``Report.distributions``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .._table import ADVANTAGE_PREFIX
 from .text import number
 
 if TYPE_CHECKING:
@@ -29,38 +28,19 @@ def _histogram_spark(counts: Sequence[int]) -> str:
 
 
 def distribution_lines(report: Report, width: int = 100) -> list[str] | None:
-    """The reference's advantages and each other scheme's as one-line histograms on shared bins, then an axis
-    line (low end, 0, high end); None when the report did not keep its advantages (nothing to draw)."""
-    advantages = report.advantages
-    # The kept table holds the canonical columns too (prompt, trajectory, reward): only ``advantage:<scheme>`` is one.
-    kept = {
-        column.removeprefix(ADVANTAGE_PREFIX): column
-        for column in ([] if advantages is None else advantages.column_names)
-        if column.startswith(ADVANTAGE_PREFIX)
-    }
-    if advantages is None or report.reference not in kept:
+    """The reference's advantages and each other row's as one-line histograms on shared bins, then an axis line
+    (low end, 0, high end); None when the report has no distributions (no finite advantage)."""
+    distributions = report.distributions
+    if distributions is None:
         return None
-    import numpy as np
-
-    names = [report.reference, *(name for name in kept if name != report.reference)]
-    finite = {}
-    for name in names:
-        column = np.asarray(advantages.column(kept[name]).to_numpy(zero_copy_only=False), dtype=np.float64)
-        finite[name] = column[np.isfinite(column)]
-    every = np.concatenate([column for column in finite.values()]) if finite else np.zeros(0)
-    if every.size == 0:
-        return None
-    low, high = float(every.min()), float(every.max())
-    if low == high:
-        low, high = low - 0.5, high + 0.5
+    names = list(distributions.counts)
     labels = {name: name + (" (ref)" if name == report.reference else "") for name in names}
     label_width = max(len(label) for label in labels.values()) + 1
-    bins = max(_DISTRIBUTION_MIN_BINS, min(_DISTRIBUTION_MAX_BINS, width - label_width - 2))
-    edges = np.linspace(low, high, bins + 1)
-    lines = []
-    for name in names:
-        counts, _ = np.histogram(finite[name], bins=edges)
-        lines.append(f"{labels[name]:<{label_width}} {_histogram_spark([int(n) for n in counts])}".rstrip())
+    room = max(_DISTRIBUTION_MIN_BINS, min(_DISTRIBUTION_MAX_BINS, width - label_width - 2))
+    bins = max(count for count in range(_DISTRIBUTION_MIN_BINS, room + 1) if distributions.BINS % count == 0)
+    counts = distributions.merged(bins)
+    lines = [f"{labels[name]:<{label_width}} {_histogram_spark(counts[name])}".rstrip() for name in names]
+    low, high = distributions.low, distributions.high
     axis = [" "] * bins
     if low < 0 < high:
         axis[min(bins - 1, int((0 - low) / (high - low) * bins))] = "0"

@@ -331,7 +331,7 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     if report.histograms:
         parts += [_histogram_grid(report), Text("")]
     parts.append(metrics_table(report))
-    if report.advantages is not None:
+    if report.distributions is not None:
         parts += [Text(""), _Distributions(report)]
     for line in notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))

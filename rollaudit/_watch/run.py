@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 import os
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._errors import InputError, RollauditError, RollauditWarning
+from .._errors import InputError, RollauditError, RollauditWarning, warn
 from .._loaders.options import LoadOptions
 from .._loaders.registry import FORMATS
 from .._loaders.run.discover import Run, find_runs, natural_key, run_files
@@ -91,7 +90,7 @@ class _Follower:
     def _warn(self, message: str) -> None:
         if message not in self.warned:  # a run that stays broken says so once
             self.warned.add(message)
-            warnings.warn(message, RollauditWarning, stacklevel=2)
+            warn(message, RollauditWarning)
 
     def settling(self, now: float) -> bool:
         """Whether a file changed less than ``settle`` seconds ago (it may be whole at the next look)."""

@@ -231,6 +231,26 @@ def test_to_dict_is_versioned_json():
     assert document["reference"] == "prompt"
 
 
+def test_lazy_per_step_rows_are_the_eager_ones_and_a_step_is_looked_up_alone(monkeypatch: pytest.MonkeyPatch):
+    rng = np.random.default_rng(5)
+    steps = np.repeat(np.arange(9), 8)
+    table = rollaudit.make_table(reward=rng.integers(0, 2, 72), prompt=np.arange(72) // 4, step=steps)
+    report = rollaudit.audit(table)
+    eager, lazy = report.to_dict()["per_step"], report.to_dict(lazy_steps=True)["per_step"]
+    assert list(eager) == [str(step) for step in range(9)] == list(lazy)
+    assert dict(lazy.items()) == eager and len(lazy) == 9
+    monkeypatch.setattr(type(lazy), "CHUNK_STEPS", 2)  # chunks that end mid-run of steps: the same rows
+    assert dict(lazy.items()) == eager
+    built: list[int] = []
+    chunk = type(lazy)._chunk
+    monkeypatch.setattr(
+        type(lazy), "_chunk", lambda self, first, last: built.append(last - first) or chunk(self, first, last)
+    )
+    assert lazy["3"] == eager["3"] and built == [1]  # one step made, not the whole run
+    with pytest.raises(KeyError):
+        lazy["99"]
+
+
 def test_repr_html_renders_the_summary():
     html = rollaudit.audit(seed_like_table())._repr_html_()
     assert "<table" in html and "sign changed" in html and "batch" in html and "Verdict" in html

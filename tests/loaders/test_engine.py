@@ -358,3 +358,14 @@ def test_an_input_error_in_a_ray_task_reaches_the_caller_whole(local_ray, small_
     with pytest.raises(InputError) as caught:
         rollaudit.load(small_run, engine="ray")
     assert caught.value.file == str(broken) and "\n" not in str(caught.value)
+
+
+def test_load_warnings_point_at_the_callers_line():
+    """Once, they pointed at a wrapper inside rollaudit (``return function(*args, **keywords)``)."""
+    dump = Path(__file__).resolve().parents[2] / "sample_dumps" / "trl"
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        rollaudit.load(dump, cache=False)
+    assert raised and all(warning.filename == __file__ for warning in raised), [
+        (warning.filename, warning.lineno) for warning in raised
+    ]

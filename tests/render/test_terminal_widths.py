@@ -5,6 +5,7 @@ distributions are drawn only from advantages the report holds."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -157,7 +159,7 @@ def test_metric_headers_say_changed_and_reversed(fanout_report):
     assert "flips" not in markdown.split("| scheme |")[1].split("\n")[0]
 
 
-def test_advantage_distributions_only_from_kept_advantages(fanout_report):
+def test_advantage_distributions_from_every_report(fanout_report):
     text = text_of(render_compare(fanout_report, LOAD), 80)
     section = text.split("Advantage distributions")[1].split("\n\n")[0].splitlines()[1:]
     assert section[0].startswith("prompt (ref) ") and any(line.startswith("slime-legacy(n=4) ") for line in section)
@@ -167,9 +169,23 @@ def test_advantage_distributions_only_from_kept_advantages(fanout_report):
     # Batch-wide centring: the advantages of batch sit in two bins only (all-0 and all-1 prompts alike).
     batch = next(line for line in lines if line.startswith("batch "))
     assert len(batch.split()) == 3  # the label and two bars
-    kept_not = rollaudit.audit(rollaudit.load(FANOUT), device="cpu")
-    assert distribution_lines(kept_not) is None
-    assert "Advantage distributions" not in text_of(render_compare(kept_not, LOAD), 100)
+    # The counts travel in every report: one that kept no advantages draws the same lines, at any width.
+    kept_not = rollaudit.audit(rollaudit.load(FANOUT), schemes=fanout_report.schemes, device="cpu")
+    assert kept_not.advantages is None
+    for width in (60, 80, 120):
+        assert distribution_lines(kept_not, width) == distribution_lines(fanout_report, width)
+    counted = fanout_report.distributions
+    assert counted is not None and next(iter(counted.counts)) == "prompt"
+    for name, values in fanout_report.advantages_by_scheme().items():
+        finite = np.asarray(values)[np.isfinite(values)]
+        assert sum(counted.counts[name]) == len(finite)
+        assert counted.low == min(
+            float(np.min(other[np.isfinite(other)])) for other in fanout_report.advantages_by_scheme().values()
+        )
+    nothing_finite = rollaudit.make_table(reward=[math.nan] * 4, prompt=[0, 0, 1, 1])
+    silent = rollaudit.audit(nothing_finite, device="cpu")
+    assert silent.distributions is None and distribution_lines(silent) is None
+    assert "Advantage distributions" not in text_of(render_compare(silent, LOAD), 100)
 
 
 def _entry_point() -> str:

@@ -277,28 +277,41 @@ class _Worker:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def read(self, path: Path, kind: str, columns: list[str] | None) -> pa.Table:
-        import pyarrow as pa
-
-        request = {"path": os.fspath(Path(path).absolute()), "kind": kind, "columns": columns}
+    def _ask(self, request: dict[str, Any], answered: Callable[[IO[bytes], bytes], Any]) -> Any:
+        """Send ``request``; ``answered(stdout, first line)`` reads the rest of the answer, under the lock. A pipe
+        that fails is an empty answer; Ctrl-C or a signal mid-request stops the child (its answer would be out of
+        step with the next request)."""
         with self._lock:
             stdin, stdout = self._process.stdin, self._process.stdout
             assert stdin is not None and stdout is not None
             try:
                 stdin.write(json.dumps(request).encode() + b"\n")
                 stdin.flush()
+                return answered(stdout, stdout.readline())
+            except OSError:
+                return answered(stdout, b"")
+            except BaseException:
+                self.stop()
+                raise
 
-                answer = stdout.readline()
+    def read(self, path: Path, kind: str, columns: list[str] | None) -> pa.Table:
+        import pyarrow as pa
+
+        def table_or_answer(stdout: IO[bytes], answer: bytes) -> pa.Table | bytes:
+            try:
                 if answer == b"ok\n":
                     with pa.ipc.open_stream(stdout) as reader:
                         return reader.read_all()
                 if answer.startswith(b"file "):
                     return _mapped_table(answer[5:-1].decode())
             except (OSError, pa.ArrowException):
-                answer = b""
-            except BaseException:  # Ctrl-C or a signal mid-read: the child's answer would be out of step
-                self.stop()
-                raise
+                return b""
+            return answer
+
+        request = {"path": os.fspath(Path(path).absolute()), "kind": kind, "columns": columns}
+        answer = self._ask(request, table_or_answer)
+        if isinstance(answer, pa.Table):
+            return answer
         if not answer:
             self.stop()
             raise InputError("stopped the table reader (it crashed or was killed)", file=str(path))
@@ -311,18 +324,7 @@ class _Worker:
         """:func:`_footer_bound` of a Parquet file, walked in the child; None where it is not bounded, or the
         child fails on it (its read then names the failure)."""
         request = {"path": os.fspath(Path(path).absolute()), "kind": "parquet", "columns": columns, "bound": True}
-        with self._lock:
-            stdin, stdout = self._process.stdin, self._process.stdout
-            assert stdin is not None and stdout is not None
-            try:
-                stdin.write(json.dumps(request).encode() + b"\n")
-                stdin.flush()
-                answer = stdout.readline()
-            except OSError:
-                answer = b""
-            except BaseException:  # Ctrl-C mid-request: the child's answer would be out of step
-                self.stop()
-                raise
+        answer = self._ask(request, lambda _, line: line)
         if not answer:
             self.stop()
             return None

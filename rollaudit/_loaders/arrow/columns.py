@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..._table import (
     CANONICAL_COLUMNS,
     POSITION,
@@ -303,11 +302,10 @@ def warn_missing_rewards(path: Path, nulls: int, rewards: pa.Array | pa.ChunkedA
     noun = "row has" if bad == 1 else "rows have"
     first = int(pc.index(finite, False).as_py())
     missing = f", {nulls} of them missing" if nulls else ""
-    warnings.warn(
+    warn(
         f"{path}: {bad} {noun} a NaN, infinite or missing reward (first at row {first + 1}{missing}); "
         "kept as NaN and reported by the audit",
         RollauditWarning,
-        stacklevel=5,
     )
 
 
@@ -414,11 +412,10 @@ def sum_tokens(tokens: TokenLists) -> np.ndarray:
 def warn_varying_tokens(path: Path, field: str, varying: int, rule: str) -> None:
     if varying:
         noun = "row" if varying == 1 else "rows"
-        warnings.warn(
+        warn(
             f"{path}: per-token {field!r} values vary within {varying} {noun}: not an outcome scheme "
             f"(KL in the reward, GAE?); recorded_advantage takes each row's {rule} masked-in value",
             RollauditWarning,
-            stacklevel=5,
         )
 
 

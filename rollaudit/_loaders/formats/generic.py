@@ -50,7 +50,6 @@ Reduction rules (one value per sample):
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..._table import PROMPT, STEP, make_table, with_found
 from ..arrow import capped, columns, tables
 from ..base import Format
@@ -241,11 +240,10 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
         if options.n_samples_per_prompt is not None:
             canonical = columns.slice_prompts(canonical, options.n_samples_per_prompt, path)
         else:
-            warnings.warn(
+            warn(
                 f"{path}: no prompt column (looked for {', '.join(PROMPT_NAMES)}); prompt keys left empty: "
                 "name one with prompt_col (--prompt-col), or give n_samples_per_prompt for consecutive groups",
                 RollauditWarning,
-                stacklevel=4,
             )
     metadata = {_SHARED_TEXTS: str(shared).encode(), _UNVERIFIED: unverified.encode()}
     return canonical.replace_schema_metadata(metadata), has_steps
@@ -296,11 +294,10 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         if metadata.get(_UNVERIFIED):
             unverified.append(metadata[_UNVERIFIED].decode())
     if len(stepless) > 1:
-        warnings.warn(
+        warn(
             f"{len(stepless)} files have no step column and no step<N> in their name ({stepless[0]}, ...): "
             "read as one batch of step 0; name the step column with step_col (--step-col) if they are several steps",
             RollauditWarning,
-            stacklevel=3,
         )
     combined = columns.in_step_order([file_table.replace_schema_metadata() for file_table in reduced])
     notes = []

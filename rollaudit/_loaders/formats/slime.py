@@ -36,7 +36,6 @@ import json
 import math
 import os
 import re
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..._table import PROMPT, RECORDED_ADVANTAGE, REWARD, TRAJECTORY, make_table, with_found, with_trained_default
 from ..base import Format
 from ..torchsave.torch_zip import TorchArchive, is_torch_zip
@@ -109,11 +108,10 @@ def expand_directory(directory: Path) -> list[Path] | None:
         return None
     evals = [path for path in files if is_eval_dump(path)]
     if evals and len(evals) < len(files):
-        warnings.warn(
+        warn(
             f"{directory}: left out {len(evals)} eval dumps (eval_<id>.pt) beside the training dumps; "
             "load them on their own to audit evaluation",
             RollauditWarning,
-            stacklevel=3,
         )
         files = [path for path in files if not is_eval_dump(path)]
     return files
@@ -343,18 +341,16 @@ def _train_step(path: Path, top: dict) -> TrainStep:
 
 def warn_token_verdicts(path: Path, verdicts: dict[str, int]) -> None:
     if verdicts[VARIES]:
-        warnings.warn(
+        warn(
             f"{path}: recorded advantages vary within a sample: not an outcome scheme (KL in reward or GAE) "
             f"({verdicts[VARIES]} samples); recorded_advantage carries the normalized reward 'rewards'",
             RollauditWarning,
-            stacklevel=4,
         )
     if verdicts[DIFFERS]:
-        warnings.warn(
+        warn(
             f"{path}: per-token advantages differ from the normalized reward 'rewards' on {verdicts[DIFFERS]} "
             "samples (advantages whitened after normalization?); recorded_advantage carries 'rewards'",
             RollauditWarning,
-            stacklevel=4,
         )
 
 
@@ -462,11 +458,10 @@ def check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
         if math.isfinite(ours) and math.isfinite(theirs) and abs(ours - theirs) > 1e-6 * max(1.0, abs(theirs))
     )
     if differ:
-        warnings.warn(
+        warn(
             f"{train.path}: raw_reward differs from the rollout dump's rewards on {differ} samples "
             "(a different reward_key, or rewards changed after the rollout?)",
             RollauditWarning,
-            stacklevel=4,
         )
 
 

@@ -4,12 +4,11 @@ and names the file, the field and the sample when it is not what slime writes.""
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..torchsave.unpickle import StoredTensor
 
 _POSITIONS_SHOWN = 5
@@ -154,11 +153,10 @@ def warn_non_finite(path: Path, positions: list[int]) -> None:
     shown = ", ".join(str(position) for position in positions[:_POSITIONS_SHOWN])
     more = ", ..." if len(positions) > _POSITIONS_SHOWN else ""
     noun = "sample has" if len(positions) == 1 else "samples have"
-    warnings.warn(
+    warn(
         f"{path}: {len(positions)} {noun} a NaN, infinite or None reward (positions {shown}{more}); "
         "kept as they are and reported by the audit",
         RollauditWarning,
-        stacklevel=4,
     )
 
 

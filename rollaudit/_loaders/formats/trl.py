@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..._table import (
     POSITION,
     PROMPT,
@@ -211,12 +210,11 @@ def _check_slices(texts: pa.Array, n: int, inferred: bool, path: Path, field: st
             expected="num_generations consecutive rows per prompt (give num_generations if it is not "
             f"{n}; the groups are then taken as given)",
         )
-    warnings.warn(
+    warn(
         f"{path}: row {row + 1}: {message}; {len(bad)} {'row differs' if len(bad) == 1 else 'rows differ'} from "
         "their group's first prompt; "
         "groups kept as given by num_generations",
         RollauditWarning,
-        stacklevel=5,
     )
 
 

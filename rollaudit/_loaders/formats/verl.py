@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import InputError, RollauditWarning
+from ..._errors import InputError, RollauditWarning, warn
 from ..._table import (
     POSITION,
     PROMPT,
@@ -203,7 +202,7 @@ def _read_lines(path: Path, options: LoadOptions) -> tuple[pa.Table, _Fields]:
         if error.field is None or error.field not in fields.extras.names:
             raise
         # A reward-extra-info key whose type changes between lines: the audit does not need it.
-        warnings.warn(f"{path}: reward-extra-info fields left out ({error.message})", RollauditWarning, stacklevel=5)
+        warn(f"{path}: reward-extra-info fields left out ({error.message})", RollauditWarning)
         fields.extras = pa.schema([])
         return tables.read_json_lines(path, fields.needed), fields
 

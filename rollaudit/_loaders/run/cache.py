@@ -22,13 +22,12 @@ import json
 import os
 import stat
 import tempfile
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import RollauditError, RollauditWarning, UsageError
+from ..._errors import RollauditError, RollauditWarning, UsageError, warn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,7 +73,7 @@ def cache_directory(cache: str | os.PathLike[str] | bool | None) -> Path | None:
             _check_cache_dir(directory)
         except UsageError as error:
             # The default cache is a convenience: without it the audit still runs, only slower.
-            warnings.warn(f"no cache: {error.line()}", RollauditWarning, stacklevel=4)
+            warn(f"no cache: {error.line()}", RollauditWarning)
             return None
     else:
         directory = Path(cache)
@@ -85,7 +84,7 @@ def cache_directory(cache: str | os.PathLike[str] | bool | None) -> Path | None:
             file=str(directory),
             expected="a directory only you can write (chmod go-w), or a sticky one (chmod +t)",
         )
-        warnings.warn(f"no cache: {refusal.line()}", RollauditWarning, stacklevel=4)
+        warn(f"no cache: {refusal.line()}", RollauditWarning)
         return None
     return directory
 
@@ -296,10 +295,9 @@ class Cache:
         except (OSError, RollauditError, pa.ArrowException) as error:
             self._unwritable = True  # one warning, not one per file: the next entry would fail the same way
             reason = error.line() if isinstance(error, RollauditError) else error
-            warnings.warn(
+            warn(
                 f"cache entries not written from here on ({reason}); the load goes on without them",
                 RollauditWarning,
-                stacklevel=4,
             )
 
 

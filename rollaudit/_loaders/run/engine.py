@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from ... import _errors
-from ..._errors import InputError, RollauditError, RollauditWarning, UsageError
+from ..._errors import InputError, RollauditError, RollauditWarning, UsageError, warn
 from ..registry import FORMATS
 from .cache import Cache, cache_directory
 from .item import WorkItem
@@ -150,8 +150,7 @@ def _raise_error(error: tuple[str, dict[str, Any]], item: WorkItem) -> None:
 
 def _raise_warnings(warned: list[tuple[type[Warning], str]], item: WorkItem) -> None:
     for category, message in warned:
-        # stacklevel 4: the caller of load() (here <- run_items <- load <- caller).
-        warnings.warn(_as_given(message, item), category, stacklevel=4)
+        warn(_as_given(message, item), category)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -223,7 +222,7 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
                     if options.jobs is not None:
                         raise UsageError(died.message, expected="jobs=1 (--jobs 1) to read in this process") from None
                     # Workers were our choice, not the caller's: read what is left here rather than fail.
-                    warnings.warn(f"{died.message}; reading the rest in this process", RollauditWarning, stacklevel=3)
+                    warn(f"{died.message}; reading the rest in this process", RollauditWarning)
                     work = [(index, item) for index, item in work if results[index] is None]
                     jobs = 1
             if jobs <= 1:
