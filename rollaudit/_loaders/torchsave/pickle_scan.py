@@ -95,6 +95,10 @@ _RELEASE_BYTES = 16 << 20
 _TEXT_WIDTHS = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}
 _MEMO_PUT_WIDTHS = {ord("q"): 1, ord("r"): 4, 0x94: 0}  # BINPUT, LONG_BINPUT, MEMOIZE
 _MARK_CODE, _APPEND_CODE, _APPENDS_CODE, _FRAME_CODE = ord("("), ord("a"), ord("e"), 0x95
+_EMPTY_DICT_CODE, _EMPTY_LIST_CODE, _SETITEMS_CODE = ord("}"), ord("]"), ord("u")
+_BARE_STRUCTURE = frozenset(
+    {_MARK_CODE, _EMPTY_DICT_CODE, _EMPTY_LIST_CODE, _SETITEMS_CODE, _APPENDS_CODE, _APPEND_CODE}
+)
 _MEMO_FAST_WIDTHS = {ord("h"): 1, ord("j"): 4, ord("q"): 1, ord("r"): 4}  # BINGET, LONG_BINGET, BINPUT, LONG_BINPUT
 _GET_CODES = frozenset({ord("h"), ord("j")})
 _MEMO_PUTS = frozenset({"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"})
@@ -138,13 +142,18 @@ class _Stack:
                 total, count = total + last, count - 1
         return total
 
-    def pop_mark(self) -> tuple[int, list[int]]:
-        """Pop everything above the last MARK: (the sum of their sizes, the entries)."""
+    def pop_mark(self) -> list[int]:
+        """Pop everything above the last MARK: its entries (:func:`_size` adds up what they expand to)."""
         start = self.marks.pop() if self.marks else 0
         start = min(start, len(self.items))
         entries = self.items[start:]
         del self.items[start:]
-        return sum(-entry if entry < 0 else entry for entry in entries), entries
+        return entries
+
+
+def _size(entries: list[int]) -> int:
+    """The expanded size of stack entries (a skipped run ``-n``: ``n`` values of size 1)."""
+    return sum(-entry if entry < 0 else entry for entry in entries)
 
 
 def _keys_size(entries: list[int]) -> int:
@@ -391,6 +400,7 @@ class _Scan:
 
     def run(self) -> int:
         data, stack, fast = self.data, self.stack, _FAST_RUN
+        push = stack.items.append  # the stack's one list, never replaced: a call saved on every value
         skimming = bool(self.skim)
         key: bytes | None = None  # the text pushed last, while it is the top value (a dict key, usually)
         position, end, plain, memo, texts = 0, self.end, _PLAIN_WIDTHS, self.memo, self.texts
@@ -405,7 +415,7 @@ class _Scan:
                     match = fast.match(data, position)
                     if match is not None:
                         position = match.end()
-                stack.push(-(position - start))
+                push(-(position - start))
                 key = None
             if position >= end:
                 raise Malformed("the pickle ends without a STOP opcode (truncated?)")
@@ -418,7 +428,7 @@ class _Scan:
                     data[position + 1] if width == 1 else int.from_bytes(data[position + 1 : position + 5], "little")
                 )
                 if code in _GET_CODES:
-                    stack.push(memo.get(index, 1))
+                    push(memo.get(index, 1))
                     if skimming:
                         self.cut_fetched |= index in self.cut_memo
                         key = texts.get(index)
@@ -434,6 +444,21 @@ class _Scan:
                 after = max(self._run_end(position, 1), position + 1)
                 stack.items.extend(itertools.repeat(stack.top(), after - position))
                 position, key = after, None
+                continue
+            # The other structural opcodes of every dict and list, which take no argument: as the general dispatch
+            # below does them (an empty list that may be skimmed goes there).
+            if code in _BARE_STRUCTURE and not (code == _EMPTY_LIST_CODE and skimming and key in self.skim):
+                if code == _MARK_CODE:
+                    stack.marks.append(len(stack.items))
+                elif code == _SETITEMS_CODE:
+                    self._hash(_keys_size(stack.pop_mark()), position)
+                elif code == _APPENDS_CODE:
+                    stack.pop_mark()
+                elif code == _APPEND_CODE:
+                    stack.pop(1)
+                else:  # EMPTY_DICT, EMPTY_LIST
+                    push(1)
+                position, key = position + 1, None
                 continue
             op = _OPCODES.get(code)
             if op is None:
@@ -452,52 +477,48 @@ class _Scan:
             if name in _PUSH_ONE:
                 if isinstance(argument, int) and name in ("LONG1", "LONG4", "INT", "LONG"):
                     self._big_integer(argument, position)
-                stack.push(1)
-            elif name == "MARK":
-                stack.marks.append(len(stack.items))
+                push(1)
             elif name in _TUPLES:
                 self._tuple(1 + stack.pop(_TUPLES[name]), position)
             elif name == "TUPLE":
-                self._tuple(1 + stack.pop_mark()[0], position)
+                self._tuple(1 + _size(stack.pop_mark()), position)
             elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
                 self._memo_put(argument, position)
             elif name == "MEMOIZE":
                 self._memo_put(self.memo_len, self.end)
             elif name in ("BINGET", "LONG_BINGET", "GET"):
-                stack.push(self.memo.get(argument, 1))
+                push(self.memo.get(argument, 1))
             elif name == "DUP":
-                stack.push(stack.top())
+                push(stack.top())
             elif name == "SETITEM":
                 stack.pop(1)  # the value
                 self._hash(stack.pop(1), position)
-            elif name == "SETITEMS":
-                self._hash(_keys_size(stack.pop_mark()[1]), position)
             elif name == "DICT":
-                self._hash(_keys_size(stack.pop_mark()[1]), position)
-                stack.push(1)
+                self._hash(_keys_size(stack.pop_mark()), position)
+                push(1)
             elif name in ("ADDITEMS", "FROZENSET"):
-                self._hash(stack.pop_mark()[0], position)
+                self._hash(_size(stack.pop_mark()), position)
                 if name == "FROZENSET":
-                    stack.push(1)
-            elif name in ("APPEND", "POP", "BUILD"):
+                    push(1)
+            elif name in ("POP", "BUILD"):
                 if name == "POP" and stack.marks and stack.marks[-1] == len(stack.items):
                     stack.marks.pop()
                 else:
                     stack.pop(1)
-            elif name in ("APPENDS", "POP_MARK"):
+            elif name == "POP_MARK":
                 stack.pop_mark()
             elif name in ("LIST", "INST", "OBJ"):
                 stack.pop_mark()
-                stack.push(1)
+                push(1)
             elif name in ("REDUCE", "NEWOBJ", "STACK_GLOBAL"):
                 stack.pop(2)
-                stack.push(1)
+                push(1)
             elif name == "NEWOBJ_EX":
                 stack.pop(3)
-                stack.push(1)
+                push(1)
             elif name == "BINPERSID":
                 stack.pop(1)
-                stack.push(1)
+                push(1)
             elif name == "FRAME" and argument > self.end - position:
                 raise Malformed(f"FRAME argument {argument} at byte {position} is larger than the data justifies")
             # PROTO, READONLY_BUFFER: no stack effect.
