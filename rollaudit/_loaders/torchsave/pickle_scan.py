@@ -91,7 +91,6 @@ _FAST_RUN = _fast_run()
 _PLAIN_WIDTHS = {code: 0 if op.arg is None else op.arg.n for code, op in _OPCODES.items() if op.name in _PLAIN_PUSHES}
 _HOMOGENEOUS_CHUNK = 4096
 _DUP_CODE = ord("2")
-_RELEASE_BYTES = 16 << 20
 _TEXT_WIDTHS = {"SHORT_BINUNICODE": 1, "BINUNICODE": 4}
 _MEMO_PUT_WIDTHS = {ord("q"): 1, ord("r"): 4, 0x94: 0}  # BINPUT, LONG_BINPUT, MEMOIZE
 _MARK_CODE, _APPEND_CODE, _APPENDS_CODE, _FRAME_CODE = ord("("), ord("a"), ord("e"), 0x95
@@ -176,11 +175,11 @@ class _Scan:
         self.end = len(data)
         self.view: Any = None
         self.skim = frozenset(name.encode("utf-8") for name in skim)
-        self.pieces: list[bytes] = []  # the skimmed pickle so far: kept bytes and replacements
+        # The skimmed pickle so far: views of the kept bytes (no copy until the one join) and replacements.
+        self.pieces: list[bytes | memoryview] = []
+        self.whole = memoryview(data)
         self.kept_from = 0  # where the bytes not yet in pieces begin
         self.lists_cut = 0
-        self.release: Any = None  # release(position): the bytes before position are not needed again
-        self.released = 0
         self.texts: dict[int, bytes] = {}  # memo index -> a short text pushed before it (a dict key)
         self.cut_memo: set[int] = set()  # memo indexes of cut lists
         self.cut_fetched = False  # whether a cut list is fetched from the memo: then nothing is cut
@@ -317,11 +316,8 @@ class _Scan:
         return cursor
 
     def _cut(self, start: int, end: int, replacement: bytes) -> None:
-        self.pieces += (bytes(self.data[self.kept_from : start]), replacement)
+        self.pieces += (self.whole[self.kept_from : start], replacement)
         self.kept_from = end
-        if self.release is not None and end - self.released > _RELEASE_BYTES:
-            self.release(end)
-            self.released = end
 
     # The walk.
 
@@ -531,22 +527,20 @@ def check_opcodes(data: bytes | bytearray) -> int:
     return _Scan(data).run()
 
 
-def skim(data: Any, fields: frozenset[str], release: Any = None) -> tuple[bytes | Any, int]:
+def skim(data: Any, fields: frozenset[str]) -> tuple[bytes | Any, int]:
     """:func:`check_opcodes`, and the pickle with the lists of plain numbers under the dict keys ``fields``
     replaced by :data:`SKIPPED_CALL` (their memo entries kept): what the C unpickler then builds is the rest.
 
     A list is cut only when it is whole: an empty list opcode right after the key, then batches of plain number
     opcodes between MARK and APPENDS (or one and APPEND), and nothing else; any other shape is left as it is.
-    When the pickle fetches a cut list from the memo (honest dumps never do), nothing is cut. ``release(n)``, when
-    given, is told as the walk goes that the first ``n`` bytes are not needed again (a mapped file's pages).
-    Returns (the pickle to unpickle, the number of tuple opcodes).
+    When the pickle fetches a cut list from the memo (honest dumps never do), nothing is cut. The kept bytes are
+    copied once, joined. Returns (the pickle to unpickle, the number of tuple opcodes).
     """
     scan = _Scan(data, fields)
-    scan.release = release
     tuples = scan.run()
     if scan.cut_fetched or not scan.lists_cut:
         return data, tuples  # a cut list named again elsewhere would come back as the marker: read it all
-    scan.pieces.append(bytes(data[scan.kept_from :]))
+    scan.pieces.append(scan.whole[scan.kept_from :])
     return b"".join(scan.pieces), tuples
 
 

@@ -271,13 +271,14 @@ class TorchArchive:
         """
         if self._zip is None:
             raise self._error("the archive is closed")
-        data, release = self._pickle_bytes()
+        whole = self._pickle_bytes()
         try:
-            data, tuples = skim(data, skip, release)
+            data, tuples = skim(whole, skip)
         except Exception as error:
             raise self._error(
                 f"cannot unpickle data.pkl ({_short(error)})", expected="a pickle written by torch.save"
             ) from None
+        del whole  # the kept bytes are copied out: the rest is not held while the unpickler builds
         stream = WholeBuffer(data)
         unpickler = RestrictedUnpickler(stream, self, lazy_tensors)
         try:
@@ -298,11 +299,11 @@ class TorchArchive:
             warnings.warn(f"{self.path}: {message}", RollauditWarning, stacklevel=2)
         return value
 
-    def _pickle_bytes(self) -> tuple[Any, Any]:
+    def _pickle_bytes(self) -> bytearray:
         """data.pkl's bytes (stored: torch never compresses it), read rather than mapped: a mapped file truncated
         while it is read (a trainer saving the same path again) kills the process with SIGBUS, where a read
-        ends in one line; and no function to give pages back (there are none to give)."""
-        return self._read_member(self.pickle_member, count_as_storage=False), None
+        ends in one line."""
+        return self._read_member(self.pickle_member, count_as_storage=False)
 
     def close(self) -> None:
         self._storage_cache.clear()
