@@ -357,28 +357,38 @@ def audit(
 def _distributions(values: dict[str, torch.Tensor], reference: str) -> Distributions | None:
     """Every row's finite advantages in ``Distributions.BINS`` bins between the lowest and the highest of them
     all, counted where they are (on the GPU when the audit ran there); the reference's row first. A row with a
-    NaN or an infinity (``aminmax`` says so: both propagate) is counted over its finite values, copied one row
-    at a time."""
+    NaN or an infinity (``aminmax`` says so: both propagate) is counted over its finite values, copied while that
+    row is measured and again while it is counted, one row at a time."""
     import torch
 
     names = [name for name in dict.fromkeys((reference, *values)) if name in values]
+    masked: set[str] = set()  # the rows with a NaN or an infinity
 
-    def finite(name: str) -> torch.Tensor:
+    def floats(name: str) -> torch.Tensor:
         tensor = values[name]
-        if tensor.dtype not in (torch.float32, torch.float64):
-            tensor = tensor.to(torch.float64)
-        if tensor.numel() and not all(map(math.isfinite, (float(bound) for bound in torch.aminmax(tensor)))):
-            tensor = tensor[torch.isfinite(tensor)]
-        return tensor
+        tensor = tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.to(torch.float64)
+        return tensor[torch.isfinite(tensor)] if name in masked else tensor
 
-    ranges = [tuple(float(bound) for bound in torch.aminmax(part)) for part in map(finite, names) if part.numel()]
+    ranges = []
+    for name in names:
+        tensor = floats(name)
+        if not tensor.numel():
+            continue
+        bounds = [float(bound) for bound in torch.aminmax(tensor)]
+        if not all(map(math.isfinite, bounds)):
+            masked.add(name)
+            tensor = floats(name)
+            if not tensor.numel():
+                continue
+            bounds = [float(bound) for bound in torch.aminmax(tensor)]
+        ranges.append(bounds)
     if not ranges:
         return None
     low, high = min(bound[0] for bound in ranges), max(bound[1] for bound in ranges)
     if low == high:
         low, high = low - 0.5, high + 0.5
     bins = Distributions.BINS
-    counts = {name: torch.histc(finite(name), bins=bins, min=low, max=high).to(torch.int64).tolist() for name in names}
+    counts = {name: torch.histc(floats(name), bins=bins, min=low, max=high).to(torch.int64).tolist() for name in names}
     return Distributions(low=low, high=high, counts=counts)
 
 
