@@ -57,6 +57,10 @@ AGENT = "agent"
 ENV = "env"
 SCORING_ORDER = "scoring_order"
 LENGTH_COLUMNS = ("num_output_tokens", "num_input_tokens", "num_turns")
+NOT_TRAINED = "not_trained"
+"""A passed-through string column: where the framework itself gave a row no advantage (a group never scored by the
+end of the dump, a group dropped before training), the reason in a few words; null where the row was trained. The
+audit leaves such rows out of every scheme and rate and counts them by reason."""
 _FIXED_TYPES = {
     STEP: pa.int64(),
     POSITION: pa.int64(),
