@@ -51,6 +51,16 @@ _SLIME_PROMPT = (
 )
 _SLIME_PROMPT_SOURCE = f"{_SLIME} PR #2204; slime/rollout/_fanout_test_helpers.py"
 
+_OPEN_INSTRUCT_MASK = (
+    "open-instruct: set mask_truncated_completions=False (the default): with it on, truncated rows are removed "
+    "after the groups of n were formed, and the advantages are normalised over consecutive slices of n of the rows "
+    "left, which straddle prompts; no upstream setting keeps the prompts' groups while removing the rows"
+)
+_OPEN_INSTRUCT_SOURCE = (
+    "allenai/open-instruct open_instruct/data_loader.py maybe_mask_truncated_completions and the advantages in "
+    "DataPreparationActor._data_preparation_loop (e6c3044)"
+)
+
 ADVICE: tuple[Advice, ...] = (
     Advice("slime-legacy", "prompt", _SLIME_PROMPT, _SLIME_PROMPT_SOURCE),
     # Recorded advantages of one mean and std over the batch, in a slime dump: the legacy path's fallback.
@@ -171,6 +181,11 @@ ADVICE: tuple[Advice, ...] = (
         "trajectory",
         "ROLL: no setting for the step-wise env managers; env_manager_cls TrajEnvManager gives one row per trajectory",
         f"{_ROLL} roll/pipeline/agentic/agentic_config.py",
+    ),
+    # open-instruct's slices of n differ from the prompts only where mask_truncated_completions removed rows.
+    *(
+        Advice(preset, "*", _OPEN_INSTRUCT_MASK, _OPEN_INSTRUCT_SOURCE, formats=("open_instruct",))
+        for preset in ("oi-centered", "oi-standard")
     ),
 )
 """Read from each framework's code and pull requests; see the module docstring."""

@@ -19,6 +19,7 @@ import pyarrow as pa
 from .._errors import SchemeError
 from .._memory import with_small_pages
 from .._table import (
+    NOT_TRAINED,
     PROMPT,
     REWARD,
     STEP,
@@ -30,11 +31,12 @@ from .._table import (
     notes_in,
     validate_table,
 )
-from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_encoded, has_recorded, recorded_values
+from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_by_cells, has_recorded, recorded_values
+from .parts import split_parts
 from .presets import get_scheme, split_schemes
 from .report import RECORDED_ROW, Distributions, Report
 from .schemes import Scheme
-from .trained import TrainedWith, from_config, from_recorded
+from .trained import TrainedWith, from_config, from_recorded, whole_run
 
 if TYPE_CHECKING:
     import torch
@@ -80,6 +82,33 @@ def _advantages(table: pa.Table, schemes: dict[str, Scheme], device: str) -> tup
     return encoded, advantages_of(encoded, schemes)
 
 
+def trained_rows(table: pa.Table) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """The rows the framework gave an advantage, and what was left out: per reason of the ``not_trained`` column
+    (in first-seen order), its ``rows`` and its prompt ``groups`` (a (step, prompt) each)."""
+    if NOT_TRAINED not in table.column_names or table.column(NOT_TRAINED).null_count == table.num_rows:
+        return table, []
+    import pyarrow.compute as pc
+
+    reasons = table.column(NOT_TRAINED).cast(pa.string())
+    trained = pc.is_null(reasons)
+    left_out = table.filter(pc.invert(trained)).select([NOT_TRAINED, STEP, PROMPT])
+    groups = left_out.group_by([NOT_TRAINED, STEP, PROMPT], use_threads=False).aggregate([([], "count_all")])
+    per_reason = groups.group_by([NOT_TRAINED], use_threads=False).aggregate(
+        [("count_all", "sum"), ("count_all", "count")]
+    )
+    counted = {
+        reason: {"reason": reason, "rows": int(rows), "groups": int(count)}
+        for reason, rows, count in zip(
+            per_reason.column(NOT_TRAINED).to_pylist(),
+            per_reason.column("count_all_sum").to_pylist(),
+            per_reason.column("count_all_count").to_pylist(),
+            strict=True,
+        )
+    }
+    order = dict.fromkeys(left_out.column(NOT_TRAINED).unique().to_pylist())
+    return table.filter(trained), [counted[reason] for reason in order]
+
+
 def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: str = "auto") -> pa.Table:
     """One float64 advantage column per scheme, in row order, named ``advantage:`` and the scheme string as given
     (``advantage:prompt``, ``advantage:prompt(scale=none)``): no name of the table's own, so that the result joins
@@ -98,8 +127,20 @@ def recompute(table: pa.Table, schemes: SchemeList = DEFAULT_SCHEMES, device: st
     """
     table = validate_table(table)
     resolved = resolve_schemes(schemes)
-    _, values = _advantages(table, resolved, device)
-    return pa.table({advantage_column(name): pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+    trained, left_out = trained_rows(table)
+    _, values = _advantages(trained, resolved, device)
+    if not left_out:
+        return pa.table({advantage_column(name): pa.array(tensor.cpu().numpy()) for name, tensor in values.items()})
+    # The rows the framework gave no advantage get none (NaN), in their places.
+    import pyarrow.compute as pc
+
+    at = np.flatnonzero(pc.is_null(table.column(NOT_TRAINED)).to_numpy(zero_copy_only=False))
+    columns = {}
+    for name, tensor in values.items():
+        column = np.full(table.num_rows, np.nan)
+        column[at] = tensor.cpu().numpy()
+        columns[advantage_column(name)] = pa.array(column)
+    return pa.table(columns)
 
 
 def trajectory_limit(table: pa.Table) -> str | None:
@@ -242,8 +283,12 @@ def _compute(
             if default in presets:
                 presets = [default, *(name for name in presets if name != default)]
             candidates = [*presets, *values, *recorded_schemes, *([plan.given] if plan.given else [])]
-            detection = detect_encoded(encoded, table, candidates, recorded_tolerance, computed=values)
-            trained = from_recorded(detection, plan.given, RECORDED_ROW)
+            cell_codes, where_labels = _part_cells(encoded, table)
+            detection, cells = detect_by_cells(
+                encoded, table, candidates, recorded_tolerance, computed=values, cell_codes=cell_codes
+            )
+            parts = () if detection.matched or cells is None else split_parts(cells, encoded.step_values, where_labels)
+            trained = from_recorded(detection, plan.given, RECORDED_ROW, parts)
             values[RECORDED_ROW] = torch.from_numpy(recorded_values(table)).to(encoded.device)
 
         # One pass per scheme, counted per prompt group: the steps', the run's and the prompts' counts come from
@@ -269,6 +314,27 @@ def _compute(
         groups_unavailable=unavailable,
         group_results=group_results,
     )
+
+
+def _part_cells(encoded: Encoded, table: pa.Table) -> tuple[np.ndarray | None, list[str] | None]:
+    """Each row's cell for the fit per part (``where * steps + step``), and the label of each ``where`` (the
+    values of the column the framework sets its estimator per, its ``estimator_per`` fact); (None, None) where a
+    dump of one step and one such value has a single cell."""
+    import pyarrow.compute as pc
+
+    where_labels = None
+    per = facts_in(table).get("estimator_per")
+    steps = encoded.step.cpu().numpy().astype(np.int64, copy=False)
+    if isinstance(per, str) and per in table.column_names:
+        encoded_where = pc.dictionary_encode(table.column(per).combine_chunks())
+        labels = [f"{per}={value}" for value in encoded_where.dictionary.to_pylist()]
+        if encoded_where.null_count:
+            labels.append(f"no {per}")
+        if len(labels) > 1:
+            where_labels = labels
+            where = pc.fill_null(encoded_where.indices, len(labels) - 1).to_numpy(zero_copy_only=False)
+            return where.astype(np.int64) * encoded.steps + steps, where_labels
+    return (steps, None) if encoded.steps > 1 else (None, None)
 
 
 @with_small_pages
@@ -310,12 +376,14 @@ def audit(
     from .kernel import scheme_notes
 
     started = time.perf_counter()
-    table = validate_table(table)
+    table, left_out = trained_rows(validate_table(table))
     plan = _plan(table, schemes, reference, trained_with)
     encoded = encode(table, device)
     computed = _compute(encoded, table, plan, tol, recorded_tolerance, recorded_schemes)
 
     info = _info(table, encoded)
+    if left_out:
+        info["not_trained"] = left_out
     if computed.groups_unavailable is not None:
         info["per_prompt_unavailable"] = computed.groups_unavailable
     summary, per_step = _summary_and_steps(encoded, computed.tallies)
@@ -329,7 +397,10 @@ def audit(
     notes = {name: scheme_notes(encoded, scheme) for name, scheme in plan.schemes.items()}
     if any(notes.values()):
         info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
-    trained = computed.trained
+    steps = np.asarray(encoded.step_values, dtype=np.int64)
+    whole = (int(steps[0]), int(steps[-1])) if len(steps) else (0, 0)
+    samples = computed.detection.rows if computed.detection is not None else int(encoded.rows)
+    trained = whole_run(computed.trained, whole, samples)
     residues = _trained_residues(encoded, trained, plan.not_auditable, tol, computed.values.get(str(trained.scheme)))
     if residues is not None:
         info["rounding_residues"] = residues

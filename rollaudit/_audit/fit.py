@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import SchemeError
-from .._table import PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
+from .._table import AGENT, PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
 from .presets import PRESETS, get_scheme
 from .schemes import Scheme, columns_needed
 
@@ -156,7 +157,9 @@ def candidate_schemes(table: pa.Table) -> list[str]:
             siblings_agree = _siblings_agree(table) if siblings_agree is None else siblings_agree
             if not siblings_agree:
                 continue
-        if scheme.groups == "positional":
+        if scheme.subgroups == "agent":
+            names += [name, *(f"{name}(episode_agents={agents})" for agents in _episode_agent_choices(table))]
+        elif scheme.groups == "positional":
             if n is not None:
                 names.append(f"{name}(n={n})")
         elif scheme.groups == "legacy":
@@ -165,6 +168,24 @@ def candidate_schemes(table: pa.Table) -> list[str]:
         else:
             names.append(name)
     return names
+
+
+_AGENT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_MOST_AGENTS = 6
+"""Agents (seats) beyond which the sub-group presets are fitted with no episode agents and with all of them only."""
+
+
+def _episode_agent_choices(table: pa.Table) -> list[str]:
+    """The ``episode_agents`` a sub-group preset may have run with: each agent of the table alone (prime-rl keys
+    the agents its config names by episode, e.g. ``solver``), and all of them together."""
+    if AGENT not in table.column_names:
+        return []
+    agents = sorted(name for name in pc.unique(table.column(AGENT)).to_pylist() if isinstance(name, str) and name)
+    agents = [name for name in agents if _AGENT_NAME.fullmatch(name)]  # names a scheme string can carry
+    if not agents:
+        return []
+    alone = agents if len(agents) <= _MOST_AGENTS else []
+    return list(dict.fromkeys([*alone, "|".join(agents)]))
 
 
 def _legacy_sizes(table: pa.Table, uniform: int | None) -> list[int]:
@@ -233,6 +254,42 @@ def _digest(values: np.ndarray) -> bytes:
     return hashlib.blake2b(canonical.tobytes(), digest_size=16).digest()
 
 
+class CellFits(NamedTuple):
+    """How each fitted scheme does on each cell of a partition of the recorded rows (a step, an environment, or
+    both): what :mod:`.parts` splits a run by where no one scheme fits it all. Only the cells holding recorded
+    rows are kept: ``cells`` their codes (ascending), ``rows`` their recorded rows; per scheme string, in the
+    order the schemes were given: ``misses`` (rows beyond the allowed error), ``error_sum`` (finite errors
+    summed) and ``max_error`` (inf where one side is NaN)."""
+
+    cells: np.ndarray
+    rows: np.ndarray
+    misses: dict[str, np.ndarray]
+    error_sum: dict[str, np.ndarray]
+    max_error: dict[str, np.ndarray]
+
+
+class _Cells:
+    """The recorded rows sorted by cell once, so that each scheme's errors reduce per cell in one vector pass."""
+
+    def __init__(self, codes: np.ndarray) -> None:
+        self.order = np.argsort(codes, kind="stable")
+        ordered = codes[self.order]
+        self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, int)
+        self.cells = ordered[self.starts] if len(ordered) else np.zeros(0, np.int64)
+        self.rows = np.diff(np.r_[self.starts, len(ordered)])
+        self.fits = CellFits(self.cells, self.rows, {}, {}, {})
+
+    def add(self, name: str, errors: np.ndarray, allowed: float) -> None:
+        if not len(self.starts):
+            empty = np.zeros(0)
+            self.fits.misses[name], self.fits.error_sum[name], self.fits.max_error[name] = empty, empty, empty
+            return
+        ordered = errors[self.order]
+        self.fits.misses[name] = np.add.reduceat((ordered > allowed).astype(np.int64), self.starts)
+        self.fits.error_sum[name] = np.add.reduceat(np.where(np.isfinite(ordered), ordered, 0.0), self.starts)
+        self.fits.max_error[name] = np.maximum.reduceat(ordered, self.starts)
+
+
 def _fit_schemes(
     encoded: Encoded,
     present: np.ndarray,
@@ -241,6 +298,7 @@ def _fit_schemes(
     tolerance: float,
     computed: Mapping[str, torch.Tensor] | None = None,
     unavailable: dict[str, str] | None = None,
+    cells: _Cells | None = None,
 ) -> list[tuple[PresetFit, bytes]]:
     """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first; the schemes
     that cannot run go into ``unavailable`` (scheme -> the error's line) when it is given.
@@ -248,7 +306,8 @@ def _fit_schemes(
     ``present``: the rows with a recorded advantage; ``recorded``: their values (float64, NaN allowed).
     ``computed``: advantages already recomputed on ``encoded``, by scheme string (``audit`` passes its own,
     so no scheme is recomputed twice). A digest, not the values, is kept per scheme: ties are told apart
-    without holding every scheme's column at once.
+    without holding every scheme's column at once. ``cells``: where each scheme's errors are also counted per
+    cell of the recorded rows (:class:`CellFits`).
     """
     from .kernel import advantages
 
@@ -278,6 +337,8 @@ def _fit_schemes(
             allowed_error=allowed,
         )
         fitted[name] = (fit, _digest(on_recorded))
+        if cells is not None:
+            cells.add(name, errors, allowed)
     # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
     return sorted(
         fitted.values(), key=lambda item: (-item[0].share_within_tolerance, item[0].mean_error, item[0].max_error)
@@ -396,15 +457,29 @@ def detect_encoded(
 ) -> Detection:
     """:func:`detect_scheme` on a validated table already encoded (``audit`` reuses its encoding and its
     recomputed advantages, ``computed``, by scheme string)."""
+    return detect_by_cells(encoded, table, schemes, tolerance, computed)[0]
+
+
+def detect_by_cells(
+    encoded: Encoded,
+    table: pa.Table,
+    schemes: Iterable[str | Scheme],
+    tolerance: float = DEFAULT_RECORDED_TOLERANCE,
+    computed: Mapping[str, torch.Tensor] | None = None,
+    cell_codes: np.ndarray | None = None,
+) -> tuple[Detection, CellFits | None]:
+    """:func:`detect_encoded`, and where ``cell_codes`` (an int64 code per row of the table) is given, how each
+    scheme does on each cell of the recorded rows, from the same pass."""
     present = recorded_mask(table)
     recorded = _recorded_on(table, present)
     unavailable: dict[str, str] = {}
-    fitted = _fit_schemes(encoded, present, recorded, schemes, tolerance, computed, unavailable)
+    cells = None if cell_codes is None else _Cells(np.asarray(cell_codes, dtype=np.int64)[present])
+    fitted = _fit_schemes(encoded, present, recorded, schemes, tolerance, computed, unavailable, cells)
     fits = tuple(fit for fit, _ in fitted)
     matched = bool(fits) and fits[0].share_within_tolerance == 1.0
     equivalent = tuple(fit.scheme for fit, digest in fitted[1:] if digest == fitted[0][1]) if fitted else ()
     scale = error_scale(recorded)
-    return Detection(
+    detection = Detection(
         best_match=fits[0].scheme if matched else None,
         matched=matched,
         fits=fits,
@@ -415,6 +490,7 @@ def detect_encoded(
         unavailable=unavailable,
         scale=scale,
     )
+    return detection, None if cells is None else cells.fits
 
 
 __all__ = [

@@ -414,12 +414,13 @@ PRESETS: dict[str, Scheme] = {
             "oi-centered",
             PresetNotes(
                 "open-instruct advantage_normalization_type=centered (the default): r minus the mean of its "
-                "prompt_idx group (consecutive slices of n rows of the step's batch; without prompt keys, slices "
-                "of n), no std, float64; a one-row group gives 0",
+                "prompt_idx group (consecutive slices of n rows of the step's surviving batch, which straddle "
+                "prompts under mask_truncated_completions), no std, float64; a one-row group gives 0",
                 "open-instruct data_loader.py DataPreparationActor._data_preparation_loop, advantages "
                 "(e6c3044, lines 1472-1484)",
             ),
             groups="prompt",
+            group_by="prompt_idx",
             scale="none",
         ),
         _preset(
@@ -431,6 +432,7 @@ PRESETS: dict[str, Scheme] = {
                 "(e6c3044, lines 1472-1484)",
             ),
             groups="prompt",
+            group_by="prompt_idx",
             std="population",
             eps=1e-8,
         ),

@@ -49,6 +49,7 @@ def format_entries() -> list[dict[str, Any]]:
             "name": entry.name,
             "reads": entry.description,
             "prompt": entry.prompt,
+            "framework_groups": entry.framework_groups or "the prompt above",
             "trajectory": entry.trajectory,
             "reward": entry.reward,
             "recorded_advantages": entry.advantage is not None,

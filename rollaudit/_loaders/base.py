@@ -62,7 +62,10 @@ class Format:
     reads: str = ""
     """What the format reads without options, in its framework's words (named when an option is refused)."""
     prompt: str = ""
-    """The field that keys a sample's prompt group."""
+    """The field that keys a sample's prompt group: the true prompt the dump carries (the reference's groups)."""
+    framework_groups: str = ""
+    """Where the framework grouped by something else than the true prompt (a place in the batch, a trajectory):
+    that key, and which presets reproduce it; empty where the framework grouped by ``prompt`` itself."""
     trajectory: str | None = None
     """The field that keys a sample's trajectory, or None when the dumps have none."""
     reward: str = ""

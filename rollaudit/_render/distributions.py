@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .text import number
+from .trend import SPARK
 
 if TYPE_CHECKING:
     from .._audit.report import Report
-
-_SPARK = "▁▂▃▄▅▆▇█"
 
 _DISTRIBUTION_MAX_BINS = 40
 _DISTRIBUTION_MIN_BINS = 12
@@ -23,8 +22,8 @@ def _histogram_spark(counts: Sequence[int]) -> str:
     top = max(counts, default=0)
     if top <= 0:
         return " " * len(counts)
-    levels = len(_SPARK) - 1
-    return "".join(" " if n == 0 else _SPARK[round(n / top * levels)] for n in counts)
+    levels = len(SPARK) - 1
+    return "".join(" " if n == 0 else SPARK[round(n / top * levels)] for n in counts)
 
 
 def distribution_lines(report: Report, width: int = 100) -> list[str] | None:

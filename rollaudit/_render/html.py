@@ -31,18 +31,18 @@ from .text import (
     histogram_rows,
     notes,
     one_line_header,
+    part_lines,
     prompt_sections,
     recorded_fit_rows,
     recorded_sentence,
     rounding_line,
     source_line,
     trained_why,
-    trend_lines,
-    trend_section,
     undefined,
     verdict_title,
     verdicts,
 )
+from .trend import trend_lines, trend_section
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,11 +163,14 @@ def _verdict(report: Report) -> str:
     # The title's scheme strings become code spans once the sentence is escaped.
     title_html = text(title).replace("\\x00", "<code>").replace("\\x01", "</code>")
     rounding = rounding_line(report)
+    by_part = "".join(f"<li>{text(line)}</li>" for line in part_lines(report))
     advice = "".join(f"<li>{text(line)}</li>" for line in advice_lines(report))
     unaudited = "".join(f"<li>{_code(scheme)}: {text(reason)}</li>" for scheme, reason in report.not_auditable.items())
     return (
         f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p>"
-        f"<p class='muted'>{text(trained_why(report))}</p><ul>{items}</ul>"
+        f"<p class='muted'>{text(trained_why(report))}</p>"
+        + (f"<ul class='parts'>{by_part}</ul>" if by_part else "")
+        + f"<ul>{items}</ul>"
         + (f"<p>{text(rounding)}</p>" if rounding else "")
         + (f"<p><b>What to change</b></p><ul class='advice'>{advice}</ul>" if advice else "")
         + (f"<p><b>Not auditable on this dump</b></p><ul class='notes'>{unaudited}</ul>" if unaudited else "")

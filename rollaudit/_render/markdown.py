@@ -29,17 +29,17 @@ from .text import (
     load_line,
     notes,
     one_line_header,
+    part_lines,
     prompt_sections,
     recorded_fit_rows,
     recorded_sentence,
     rounding_line,
     trained_why,
-    trend_lines,
-    trend_section,
     undefined,
     verdict_title,
     verdicts,
 )
+from .trend import trend_lines, trend_section
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -107,6 +107,9 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     lines += [markdown_text(line) + "  " for line in found_lines(report)]
     lines[-1] = lines[-1].rstrip()
     lines += ["", f"**{verdict_title(report, code=code)}**", "", markdown_text(trained_why(report)), ""]
+    by_part = part_lines(report)
+    if by_part:
+        lines += [*(f"- {markdown_text(line)}" for line in by_part), ""]
     for line in verdicts(report):
         scheme, _, rest = line.partition(": ")
         name = scheme.removesuffix(" (trained)")

@@ -36,6 +36,7 @@ from .text import (
     notes,
     number,
     one_line_header,
+    part_lines,
     percent,
     prompt_sections,
     recorded_fit_rows,
@@ -44,12 +45,11 @@ from .text import (
     source_line,
     steps_label,
     trained_why,
-    trend_lines,
-    trend_section,
     undefined,
     verdict_title,
     verdicts,
 )
+from .trend import trend_lines, trend_section
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -293,16 +293,20 @@ def _verdict(report: Report) -> RenderableType:
     """The verdict: what the run trained with, its scheme against the reference, then the other schemes; what
     to change, and what this dump cannot audit."""
     title = Text(verdict_title(report), style="bold")
-    scheme = report.trained_with.scheme
-    if scheme is not None:
-        title.highlight_words([scheme], style="bold green" if report.trained_with.evidence == "recorded" else "bold")
+    trained = report.trained_with
+    schemes = [part.scheme for part in trained.parts if part.scheme] if trained.changed else [trained.scheme]
+    named = [scheme for scheme in schemes if scheme is not None]
+    if named:
+        title.highlight_words(named, style="bold green" if trained.evidence == "recorded" else "bold")
     lines = Table.grid(padding=(0, 1))
     lines.add_column(no_wrap=True, style="bold")
     lines.add_column()
     for line in verdicts(report):
         name, _, rest = line.partition(": ")
         lines.add_row(f"{name}:", rest)
-    parts: list[RenderableType] = [title, Text(trained_why(report), style="dim"), lines]
+    parts: list[RenderableType] = [title, Text(trained_why(report), style="dim")]
+    parts += [Text(f"- {line}") for line in part_lines(report)]
+    parts.append(lines)
     rounding = rounding_line(report)
     if rounding is not None:
         parts.append(Text(rounding, style="yellow"))

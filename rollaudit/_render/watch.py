@@ -14,7 +14,8 @@ from .._errors import visible
 from .._version import __version__
 from .._watch.records import StepPoint, latest_points
 from .html import page, table, text
-from .text import key_text, percent, plural, ratio, resample, sparkline
+from .text import key_text, percent, plural, ratio
+from .trend import resample, sparkline
 
 _WORST_STEPS = 5
 _SPARK_WIDTH = 60
@@ -45,6 +46,8 @@ def step_line(point: StepPoint, files: Sequence[str] = ()) -> str:
         parts.append("trained with: unknown")
     if point.worst is not None and point.worst != point.trained and (point.worst_flips or 0) > 0:
         parts.append(f"worst {key_text(point.worst, 40)} {percent(point.worst_flips)}")
+    if point.scheme_changed is not None:
+        parts.append(visible(point.scheme_changed))
     verdict = _verdict(point)
     if verdict:
         parts.append(verdict)

@@ -32,6 +32,9 @@ class StepRecord:
     gate: GateResult | None = None
     error: str | None = None
     replaces: bool = False
+    scheme_changed: str | None = None
+    """``scheme changed at step 4: was batch, now prompt``: on the step whose scheme differs from the step before
+    it (the scheme each step's own audit names)."""
 
     @property
     def passed(self) -> bool | None:
@@ -55,7 +58,37 @@ class StepRecord:
             document["error"] = self.error
         if self.replaces:
             document["replaces"] = True
+        if self.scheme_changed is not None:
+            document["scheme_changed"] = self.scheme_changed
         return json_object(document)
+
+
+def scheme_label(trained_with: Mapping[str, Any] | None) -> str | None:
+    """What a step trained with, as one phrase, from its record's ``trained_with``: the scheme, its parts where it
+    has several (an env each), ``no preset`` where its recorded advantages match none; None where unknown."""
+    from .._audit.trained import Part, parts_phrase
+
+    if not trained_with:
+        return None
+    parts = trained_with.get("parts") or []
+    if len(parts) > 1:
+        return parts_phrase(
+            tuple(
+                Part(
+                    (int(part["steps"][0]), int(part["steps"][-1])),
+                    part.get("where"),
+                    part.get("scheme"),
+                    part.get("evidence", "recorded"),
+                    part.get("why", ""),
+                    int(part.get("samples") or 0),
+                )
+                for part in parts
+            )
+        )
+    scheme = trained_with.get("scheme")
+    if isinstance(scheme, str):
+        return scheme
+    return "no preset" if trained_with.get("evidence") == "recorded" else None
 
 
 def _rate(value: Any) -> float | None:
@@ -86,6 +119,7 @@ class StepPoint:
     unmeasured: int
     error: str | None
     replaces: bool
+    scheme_changed: str | None = None
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> StepPoint:
@@ -118,6 +152,7 @@ class StepPoint:
             unmeasured=sum(1 for rule in rules if rule.get("evaluated") is False),
             error=record.get("error"),
             replaces=bool(record.get("replaces")),
+            scheme_changed=record.get("scheme_changed"),
         )
 
 

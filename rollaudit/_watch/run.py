@@ -30,7 +30,7 @@ from .._loaders.run.load import detect_format, expand_paths, load
 from .._table import STEP, loaded_formats
 from .files import WHOLE, WHOLE_IF_STILL, Signature, completeness, signature
 from .follow import Wakeups
-from .records import StepRecord
+from .records import StepRecord, scheme_label
 
 SETTLE_SECONDS = 0.2
 """How long a file must hold still (size, modification time) before it is read."""
@@ -86,6 +86,13 @@ class _Follower:
         self.deferred: set[str] = set()
         self.step_digests: dict[int, bytes] = {}
         self.discovered_at = -math.inf
+        # What each step trained with (its records', then this watch's): a step says when it differs from the
+        # step before it.
+        self.schemes: dict[int, str | None] = {
+            record["step"]: scheme_label(record.get("trained_with"))
+            for record in recorded
+            if isinstance(record.get("step"), int)
+        }
 
     def _warn(self, message: str) -> None:
         if message not in self.warned:  # a run that stays broken says so once
@@ -224,7 +231,18 @@ class _Follower:
                     continue  # unchanged since its record (made here, or by the watch this one resumes)
             replaces = value in self.recorded_steps or (previous is not None and value in previous.steps)
             self.recorded_steps.add(value)
-            yield replace(self.audit_step(part, names), step=value, replaces=replaces)
+            record = self.audit_step(part, names)
+            yield replace(record, step=value, replaces=replaces, scheme_changed=self._scheme_change(value, record))
+
+    def _scheme_change(self, step: int, record: StepRecord) -> str | None:
+        """``scheme changed at step N: was X, now Y`` where the step before this one trained with another scheme."""
+        now = scheme_label(record.report.trained_with.to_dict()) if record.report is not None else None
+        self.schemes[step] = now
+        before = max((known for known in self.schemes if known < step), default=None)
+        was = self.schemes.get(before) if before is not None else None
+        if was is None or now is None or was == now:
+            return None
+        return f"scheme changed at step {step}: was {was}, now {now}"
 
 
 def _digest(table: Any) -> bytes:

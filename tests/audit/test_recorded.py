@@ -189,7 +189,7 @@ def test_without_recorded_advantages_nothing_is_fitted(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("audit fitted presets to a table without recorded advantages")
 
-    monkeypatch.setattr("rollaudit._audit.api.detect_encoded", fail)
+    monkeypatch.setattr("rollaudit._audit.api.detect_by_cells", fail)
     report = rollaudit.audit(table, device="cpu")
     assert report.recorded is None and "recorded" not in report.to_dict()
     assert "recorded" not in report.summary.index

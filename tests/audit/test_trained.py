@@ -223,11 +223,13 @@ def test_the_verdict_leads_with_the_run_s_scheme_in_every_format(tmp_path):
     markdown = runner.invoke(app, ["compare", str(dump), "--trained-with", "slime-legacy(n=4)", "--markdown"])
     assert "**Verdict: trained with `slime-legacy(n=4)`" in markdown.output and "**What to change**" in markdown.output
     document = json.loads(runner.invoke(app, ["compare", str(dump), "--json"]).output)
+    why = document["trained_with"]["why"]
     assert document["trained_with"] == {
         "scheme": None,
         "evidence": "unknown",
-        "why": document["trained_with"]["why"],
+        "why": why,
         "row": None,
+        "parts": [{"steps": [0, 0], "where": None, "scheme": None, "evidence": "unknown", "why": why, "samples": 7}],
     }
     assert document["advice"] == [] and document["not_auditable"] == {}
     bad = runner.invoke(app, ["compare", str(dump), "--trained-with", "nonsense"])

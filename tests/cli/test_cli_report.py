@@ -81,7 +81,7 @@ def test_prompts_without_recorded_values_have_no_recorded_counts():
 def test_the_sparkline_fits_the_terminal_and_reads_the_way_its_bars_go():
     import rollaudit
     from rollaudit._audit.report import Report
-    from rollaudit._render.text import trend_lines
+    from rollaudit._render.trend import trend_lines
 
     steps = 2000
     table = rollaudit.make_table(

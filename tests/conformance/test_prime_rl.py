@@ -66,11 +66,11 @@ def test_each_preset_equals_prime_rls_own_values(column):
     table, members, rows = _loaded()
     recomputed = rollaudit.recompute(table, [PRESETS[column]], device="cpu").column(0).to_numpy()[rows]
     expected = members[column].to_numpy()
-    # Artefact rows: the 2 groups still short at the end of the dump were never scored upstream (NaN there);
-    # group_size is config, so the audit computes them as scored.
+    # The 2 groups still short at the end of the dump were never scored upstream: no preset gives them an
+    # advantage either (NaN), so the defined/NaN pattern is upstream's on every row.
     scored = members["group_scored"].to_numpy()
     assert int((~scored).sum()) == 6 and bool(np.isnan(expected[~scored]).all())
-    worst = assert_matches(f"prime_rl: {PRESETS[column]} = {column}", recomputed, expected, scored)
+    worst = assert_matches(f"prime_rl: {PRESETS[column]} = {column}", recomputed, expected)
     assert worst <= (2e-7 if column in ("prime_rl_grpo", "prime_rl_grpo_lenpen", "prime_rl_max_rl") else 1e-15)
 
 
@@ -90,6 +90,17 @@ def test_recorded_advantages_are_each_envs_configured_algorithm():
 def test_compare_on_the_run_root_reads_the_rollouts_not_metrics_jsonl():
     report = compare_json(corpus("prime_rl"))
     assert report["load"]["format"] == "prime_rl" and report["info"]["step_values"] == [1, 2]
-    assert report["info"]["samples"] == 87 and report["info"]["prompts"] == 12
-    # The recorded advantages outrank the default; each env ran its own algorithm, so no single preset fits all.
-    assert report["trained_with"]["evidence"] == "recorded"
+    # The 2 groups not scored by the end of the dump (6 members) are left out of every scheme and rate.
+    assert report["info"]["samples"] == 81 and report["info"]["prompts"] == 10
+    assert report["info"]["not_trained"] == [
+        {"reason": "group not scored by the end of the dump", "rows": 6, "groups": 2}
+    ]
+    # The recorded advantages outrank the default; each env ran its own algorithm: a part per env, both recorded.
+    trained = report["trained_with"]
+    assert trained["evidence"] == "recorded" and trained["scheme"] is None and trained["row"] == "recorded"
+    parts = {part["where"]: (part["scheme"], part["evidence"], part["steps"]) for part in trained["parts"]}
+    assert parts == {
+        "env=delegate": ("prime-grpo", "recorded", [1, 2]),
+        "env=proposer-solver": ("prime-hierarchical(episode_agents=solver)", "recorded", [1, 2]),
+    }
+    assert sum(part["samples"] for part in trained["parts"]) == 60  # the shipped traces

@@ -37,11 +37,34 @@ def audit_of(run: str, **options):
 def test_every_run_says_what_it_trained_with(run, options, scheme, evidence):
     report = audit_of(run, **options)
     assert (report.trained_with.scheme, report.trained_with.evidence) == (scheme, evidence)
+    # One scheme fits the whole run: one part, the run's steps, never split.
+    ((part,),) = (report.trained_with.parts,)
+    steps = report.info["step_values"]
+    assert (part.scheme, part.evidence, part.steps, part.where) == (scheme, evidence, (steps[0], steps[-1]), None)
     expected_row = "recorded" if evidence == "recorded" else scheme
     assert report.trained_row == expected_row
     from rollaudit._render.text import verdict_title
 
     assert verdict_title(report).startswith(f"Verdict: trained with {scheme} (")
+
+
+@pytest.mark.parametrize(
+    ("run", "options", "scheme"),
+    [
+        ("miles", {}, "miles-grpo"),
+        ("open_instruct/rollouts/oi_default_rollouts_000000.jsonl", {}, "oi-centered"),
+        ("open_instruct/rollouts/oi_masktrunc_rollouts_000000.jsonl", {}, "oi-centered"),
+        ("open_instruct/rollouts/oi_standard_nofilter_rollouts_000000.jsonl", {}, "oi-standard"),
+    ],
+)
+def test_every_recorded_run_one_preset_fits_keeps_one_part(run, options, scheme):
+    trained = audit_of(run, **options).trained_with
+    assert (trained.scheme, trained.evidence, len(trained.parts), trained.parts[0].scheme) == (
+        scheme,
+        "recorded",
+        1,
+        scheme,
+    )
 
 
 def test_nemo_rl_grpo_records_advantages_no_preset_matches_on_every_row():

@@ -11,7 +11,7 @@ import rollaudit
 from rollaudit import InputError
 from rollaudit._table import facts_in, found_in, notes_in
 
-LABEL = "open-instruct (prompt = (step, prompt_idx), trajectory = the row)"
+LABEL = "open-instruct (prompt = prompt_tokens, trajectory = the row; normalised by prompt_idx)"
 
 
 def _line(step: int, sample: int, n: int = 2, prompt: list[int] | None = None, **fields) -> dict:
@@ -42,12 +42,17 @@ def test_every_step_of_a_shard_one_batch_each(tmp_path: Path):
     _write(tmp_path / "run_metadata.jsonl", [{"run_name": "run", "git_commit": "x"}])
     table = rollaudit.load(tmp_path)
     assert table.column("step").to_pylist() == [0] * 4 + [1] * 6
-    assert table.column("prompt").to_pylist() == [0, 0, 1, 1, 0, 0, 1, 1, 2, 2]
+    assert table.column("prompt").to_pylist() == ["7,0", "7,0", "7,1", "7,1", "7,0", "7,0", "7,1", "7,1", "7,2", "7,2"]
+    assert table.column("prompt_idx").to_pylist() == [0, 0, 1, 1, 0, 0, 1, 1, 2, 2]
     assert table.column("trajectory").to_pylist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5]
     assert table.column("response_length").to_pylist() == [1, 2, 3, 4, 1, 2, 3, 4, 5, 6]
     assert table.column("recorded_advantage").to_pylist()[:2] == [-0.5, 0.5]
     assert facts_in(table)["trained_default"]["scheme"] == "oi-centered"
-    assert found_in(table)[LABEL] == {"prompt_idx groups": 5, "rows (a response each)": 10}
+    assert found_in(table)[LABEL] == {
+        "prompts (prompt_tokens)": 5,
+        "prompt_idx groups": 5,
+        "rows (a response each)": 10,
+    }
     assert any("n = 2 rows per prompt_idx" in note for note in notes_in(table))
 
 
@@ -66,10 +71,14 @@ def test_two_runs_in_one_directory_are_named_never_merged(tmp_path: Path):
         rollaudit.load([tmp_path / "a_rollouts_000000.jsonl", tmp_path / "b_rollouts_000000.jsonl"])
 
 
-def test_a_slice_holding_two_prompts_is_a_finding_not_a_regrouping(tmp_path: Path):
+def test_a_slice_holding_two_prompts_is_the_presets_grouping_not_the_references(tmp_path: Path):
     lines = [_line(2, 0, prompt=[1]), _line(2, 1, prompt=[1]), _line(2, 2, prompt=[1]), _line(2, 3, prompt=[9])]
     table = rollaudit.load(_write(tmp_path / "m_rollouts_000000.jsonl", lines))
-    assert table.column("prompt").to_pylist() == [0, 0, 1, 1]  # the slices upstream normalized
+    assert table.column("prompt").to_pylist() == ["1", "1", "1", "9"]  # the true prompts: the reference's groups
+    assert table.column("prompt_idx").to_pylist() == [0, 0, 1, 1]  # the slices upstream normalized
+    centered = rollaudit.recompute(table, ["oi-centered", "prompt(scale=none)"], device="cpu")
+    assert centered.column(0).to_pylist() == [-0.5, 0.5, -0.5, 0.5]
+    assert centered.column(1).to_pylist() == pytest.approx([-1 / 3, 2 / 3, -1 / 3, 0.0], abs=1e-15)
     assert found_in(table)[LABEL]["prompt_idx groups mixing prompts (prompt_tokens differ)"] == 1
     assert any(note.startswith("step 2: 1 of 2 prompt_idx groups mix rows") for note in notes_in(table))
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 import rollaudit
 from rollaudit._audit.describe import describe
-from rollaudit._render import text as _render
+from rollaudit._render import trend
 from rollaudit._render.markdown import markdown_table, render_markdown
 from rollaudit._render.terminal import render_compare, render_inspect
 from rollaudit._render.text import (
@@ -215,7 +215,7 @@ def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
     assert list(worst.index) == [0, 3]
     assert worst.loc[0, "sign_flip_rate:batch"] == report.per_step.loc[(0, "batch"), "sign_flip_rate"]
     assert (worst.loc[3, "smallest_group"], worst.loc[3, "largest_group"]) == (5, 28)
-    lines = _render.trend_lines(report)
+    lines = trend.trend_lines(report)
     assert lines[0].startswith("batch:") and "█▄▁" in lines[0] and "53.8%" in lines[0]
     markdown = render_markdown(report, {"files": ["run"]})
     assert "**Worst steps: 2 of 3 steps have samples whose sign differs from prompt**" in markdown
@@ -223,8 +223,8 @@ def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
 
 
 def test_sparkline_scales_to_the_largest_and_leaves_gaps_for_undefined():
-    assert _render.sparkline([0.0, 0.5, 1.0, float("nan")]) == "▁▅█ "
-    assert _render.sparkline([0.0, 0.0]) == "▁▁"
+    assert trend.sparkline([0.0, 0.5, 1.0, float("nan")]) == "▁▅█ "
+    assert trend.sparkline([0.0, 0.0]) == "▁▁"
 
 
 def test_found_counts_agree_in_number():

@@ -219,3 +219,45 @@ def test_a_file_that_gains_a_step_at_a_time(tmp_path: Path) -> None:
     whole = rollaudit.audit(rollaudit.load(source))
     for record in records:
         assert record.to_dict()["summary"] == whole.to_dict()["per_step"][str(record.step)]
+
+
+def _trl_run(root: Path, schemes: list[str]) -> Path:
+    """TRL's completions_{step}.parquet, step i + 1 with ``schemes[i]``'s advantages (the plain-Python oracle's):
+    a run whose ``scale_rewards`` changed mid-run."""
+    from tests.oracle import oracle_advantages
+
+    completions = root / "completions"
+    completions.mkdir(parents=True)
+    for step, scheme in enumerate(schemes, start=1):
+        rewards = [float((step * 7 + place * 3) % 5) for place in range(12)]
+        rows = [
+            {"step": step, "position": place, "prompt": place // 4, "trajectory": place, "reward": reward}
+            for place, reward in enumerate(rewards)
+        ]
+        advantages = oracle_advantages(rows, rollaudit.get_scheme(scheme))
+        table = pa.table(
+            {
+                "step": [step] * 12,
+                "prompt": [f"question {place // 4}" for place in range(12)],
+                "completion": ["c"] * 12,
+                "accuracy_reward": rewards,
+                "advantage": advantages,
+            }
+        )
+        pq.write_table(table, completions / f"completions_{step:05d}.parquet")
+    return root
+
+
+def test_a_step_whose_scheme_changed_says_so(tmp_path: Path) -> None:
+    run = _trl_run(tmp_path / "out", ["trl-group(n=4)"] * 3 + ["trl-batch(n=4)"] * 3)
+    records = list(rollaudit.watch(run, until_idle=0, settle=0))
+    assert [record.step for record in records] == [1, 2, 3, 4, 5, 6]
+    changes = {record.step: record.scheme_changed for record in records if record.scheme_changed}
+    assert changes == {4: "scheme changed at step 4: was trl-group(n=4), now trl-batch(n=4)"}
+    assert records[3].to_dict()["scheme_changed"] == changes[4]
+    point = StepPoint.of(records[3].to_dict())
+    assert "scheme changed at step 4: was trl-group(n=4), now trl-batch(n=4)" in step_line(point)
+    # A watch resumed after step 3 still sees the change, from the records it resumes.
+    earlier = [record.to_dict() for record in records[:3]]
+    resumed = list(rollaudit.watch(run, until_idle=0, settle=0, recorded=earlier))
+    assert [(record.step, record.scheme_changed) for record in resumed][:1] == [(4, changes[4])]

@@ -7,17 +7,19 @@ shard; a step never straddles two shards. ``{run_name}_metadata.jsonl`` lies bes
 runs (the upstream default path is), told apart by run name: one run is read at a time, never two merged.
 
 Columns: ``step`` = ``step``, ``position`` = ``sample_idx`` (the row's place in its step's batch), ``prompt`` =
-``prompt_idx`` (``sample_idx // n``: positional, restarting each step, so the group key is (step, prompt_idx)),
-``trajectory`` = ``sample_idx`` (a row is one whole episode: open-instruct samples n independent responses per
-prompt and concatenates the turns of a tool or environment episode into one response), ``reward`` = ``reward``,
-``recorded_advantage`` = ``advantage`` (the float64 value the loop computed), ``response_length`` = the length of
-``response_tokens`` (tool and environment tokens included). Passed through: ``finish_reason``, ``dataset``.
+``prompt_tokens`` (the true prompt, comma-joined token ids, grouped within a step), ``trajectory`` = ``sample_idx``
+(a row is one whole episode: open-instruct samples n independent responses per prompt and concatenates the turns of
+a tool or environment episode into one response), ``reward`` = ``reward``, ``recorded_advantage`` = ``advantage``
+(the float64 value the loop computed), ``response_length`` = the length of ``response_tokens`` (tool and
+environment tokens included). Passed through: ``prompt_idx`` (the grouping open-instruct itself normalised by,
+which its presets read), ``finish_reason``, ``dataset``.
 
-``n`` is recorded nowhere: it is the rows per ``prompt_idx``, which must be the same for every group of a run and
-give ``prompt_idx == sample_idx // n``, else the file is refused. ``prompt_tokens`` checks the grouping: a
-``prompt_idx`` group whose rows hold different prompts is what ``mask_truncated_completions`` makes (rows removed
-after grouping, the slices of n then straddle prompts); it is reported, not repaired, since the recorded
-advantages were computed over those slices.
+open-instruct normalises consecutive slices of n rows of the step's batch (``prompt_idx = sample_idx // n``). They
+are the prompts, except under ``mask_truncated_completions``: truncated rows are removed after grouping, so the
+slices of the surviving rows straddle prompts. The reference groups by the true prompt; the presets reproduce the
+slices, so the audit measures what that defect did. ``n`` is recorded nowhere: it is the rows per ``prompt_idx``,
+which must be the same for every group of a run and give ``prompt_idx == sample_idx // n``, else the file is
+refused.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..._errors import InputError
-from ..._table import POSITION, STEP, arrow_array, concat_tables, make_table, with_found, with_trained_default
+from ..._table import POSITION, PROMPT, STEP, arrow_array, concat_tables, make_table, with_found, with_trained_default
 from ..arrow import columns, tables
 from ..base import Format
 
@@ -56,7 +58,8 @@ _SCHEMA = pa.schema(
 )
 # A column of the read table that combine() turns into counts and a note, then leaves out.
 _DIFFERS = "prompt_tokens_differ"
-_LABEL = "open-instruct (prompt = (step, prompt_idx), trajectory = the row)"
+PROMPT_IDX = "prompt_idx"
+_LABEL = "open-instruct (prompt = prompt_tokens, trajectory = the row; normalised by prompt_idx)"
 DEFAULT = (
     "oi-centered",
     "open-instruct's default advantage_normalization_type (centered: the reward minus its prompt_idx slice's "
@@ -68,7 +71,7 @@ FILTERED_GROUPS = (
 )
 CANNOT_AUDIT = (
     FILTERED_GROUPS,
-    "the dataset prompt across steps: prompt_idx is a place in its step's batch (batch.indices is not dumped)",
+    "the dataset prompt id (batch.indices is not dumped): prompts are told apart by their token ids",
     "which rows were trained: packs dropped to fit the data-parallel world size are dropped after the dump",
     "tool statistics under mask_truncated_completions (request_info is not realigned when rows are removed)",
 )
@@ -184,6 +187,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         )
     group_head = run_start + prompts * n
     differ = _differ_from_group_head(table.column("prompt_tokens"), group_head, path)
+    prompt_tokens = columns.plain(table.column("prompt_tokens"))
+    true_prompt = pc.binary_join(prompt_tokens.cast(pa.list_(pa.string())), ",")
     response, _ = _offsets(table.column("response_tokens"), path, "response_tokens")
     reward = columns.plain(table.column("reward"))
     if reward.null_count:
@@ -191,7 +196,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         raise InputError("is missing", file=str(path), field="reward", row=row, expected="a number")
     canonical = make_table(
         reward=reward,
-        prompt=prompt,
+        prompt=true_prompt,
         trajectory=sample,
         step=step,
         position=sample,
@@ -199,14 +204,14 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         recorded_advantage=columns.plain(table.column("advantage")),
         finish_reason=columns.plain(table.column("finish_reason")),
         dataset=columns.plain(table.column("dataset")),
-        **{_DIFFERS: pa.array(differ)},
+        **{PROMPT_IDX: prompt, _DIFFERS: pa.array(differ)},
     )
     return canonical.replace_schema_metadata({b"open_instruct.n": str(n).encode()})
 
 
 def _constant_groups(table: pa.Table) -> int:
     """How many prompt_idx groups of one step have all-equal rewards (contiguous groups of n rows)."""
-    prompts = table.column("prompt").to_numpy()
+    prompts = table.column(PROMPT_IDX).to_numpy()
     rewards = table.column("reward").to_numpy()
     starts = np.flatnonzero(np.r_[True, prompts[1:] != prompts[:-1]])
     low, high = np.minimum.reduceat(rewards, starts), np.maximum.reduceat(rewards, starts)
@@ -217,9 +222,10 @@ def _with_counts(table: pa.Table, n: int, filtered: bool) -> pa.Table:
     """One step's table without the check column, carrying what the loader counted and noted (``filtered``: no
     group of the run has all-equal rewards)."""
     differ = table.column(_DIFFERS).to_numpy(zero_copy_only=False)
-    prompts = table.column("prompt").to_numpy()
+    prompts = table.column(PROMPT_IDX).to_numpy()
     groups = len(np.unique(prompts))
     mixing = len(np.unique(prompts[differ]))
+    true_prompts = len(pc.unique(table.column(PROMPT)))
     constant = _constant_groups(table)
     step = int(table.column(STEP)[0].as_py())
     notes = []
@@ -228,7 +234,8 @@ def _with_counts(table: pa.Table, n: int, filtered: bool) -> pa.Table:
             f"step {step}: {mixing} of {groups} prompt_idx groups mix rows of different prompts (prompt_tokens "
             "differ): open-instruct's mask_truncated_completions removes truncated rows after the groups were "
             "formed, so its slices of n straddle prompts, and the recorded advantages centre on those slices (an "
-            "upstream defect)"
+            f"upstream defect); the reference groups by the {true_prompts} true prompts, the oi-* presets by the "
+            "slices"
         )
     notes.append(f"n = {n} rows per prompt_idx (num_samples_per_prompt_rollout is not recorded: read off the groups)")
     if filtered:
@@ -238,6 +245,7 @@ def _with_counts(table: pa.Table, n: int, filtered: bool) -> pa.Table:
         )
     found = {
         _LABEL: {
+            "prompts (prompt_tokens)": true_prompts,
             "prompt_idx groups": groups,
             "rows (a response each)": table.num_rows,
             "prompt_idx groups mixing prompts (prompt_tokens differ)": mixing,
@@ -285,9 +293,11 @@ LOADER = Format(
     read=read,
     combine=combine,
     expand_directory=expand_directory,
-    reads="open-instruct's own keys (prompt = (step, prompt_idx), trajectory = the row, reward = reward, "
-    "advantage = advantage)",
-    prompt="prompt_idx (sample_idx // n: a place in the step's batch), checked against prompt_tokens",
+    reads="open-instruct's own keys (prompt = prompt_tokens, trajectory = the row, reward = reward, "
+    "advantage = advantage; open-instruct's groups = prompt_idx)",
+    prompt="prompt_tokens (the true prompt, within a step)",
+    framework_groups="prompt_idx (sample_idx // n: consecutive slices of n rows of the surviving batch, which "
+    "straddle prompts under mask_truncated_completions); the oi-* presets group by it",
     trajectory="the row (sample_idx): one response is one whole episode",
     reward="reward",
     advantage="advantage",

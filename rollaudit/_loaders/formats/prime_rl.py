@@ -29,7 +29,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..._errors import InputError
-from ..._table import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER, make_table, with_found, with_trained_default
+from ..._table import (
+    AGENT,
+    ENV,
+    LENGTH_COLUMNS,
+    NOT_TRAINED,
+    SCORING_ORDER,
+    make_table,
+    with_facts,
+    with_found,
+    with_trained_default,
+)
 from ..arrow import columns, tables
 from ..base import Format
 
@@ -351,6 +361,28 @@ def _effective_advantages(effective: pa.Table, trace_id: pa.Array, paths: list[P
     return recorded, unmatched
 
 
+NOT_SCORED = "group not scored by the end of the dump"
+
+
+def _unscored_groups(episodes: pa.Table, group_code: np.ndarray, recorded: np.ndarray) -> np.ndarray:
+    """Per group code: whether prime-rl had not scored the group by the end of the dump, so gave none of its traces
+    an advantage. A group is scored when its ``group_size``-th episode arrives; ``group_size`` is the env's config,
+    not dumped, so it is read as the most episodes a group of the env holds: a group with fewer, none of whose
+    traces was shipped, was still waiting (a cancelled group is scored short, and ships its non-zero advantages)."""
+    groups = int(group_code.max()) + 1 if len(group_code) else 0
+    episode_rows = episodes.column("trace_index").to_numpy() <= 0  # a row per episode: its first trace, or none
+    held = np.bincount(group_code[episode_rows], minlength=groups)
+    env = _dense(columns.plain(episodes.column("env")))
+    group_env = np.zeros(groups, dtype=np.int64)
+    group_env[group_code] = env
+    fullest = np.zeros(int(env.max()) + 1 if len(env) else 0, dtype=np.int64)
+    np.maximum.at(fullest, group_env, held)
+    shipped = np.zeros(groups, dtype=bool)
+    shipped[group_code[~np.isnan(recorded)]] = True
+    unscored: np.ndarray = (held < fullest[group_env]) & ~shipped
+    return unscored
+
+
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """The ``all`` files pooled over the run (a group can span two step directories), each group's members in the
     step where its last episode arrived, advantages joined from ``effective`` by trace id; one table per step."""
@@ -394,6 +426,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             row=int(episodes.column("line")[first].as_py()),
             expected="only trainable, ok traces with sampled tokens in effective",
         )
+    unscored = _unscored_groups(episodes, group_code, recorded)
     # Scoring order: groups in completion order, episodes in arrival order, traces in episode order.
     order = np.lexsort((episodes.column("trace_index").to_numpy(), arrival, row_done))
     order = order[member[order]]
@@ -417,6 +450,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         SCORING_ORDER: pa.array(np.arange(len(order)) if from_start else np.full(len(order), None)).cast(pa.int64()),
         "arrival_step": rows.column("file_step"),
         "trace_id": rows.column("trace_id"),
+        NOT_TRAINED: pc.if_else(pa.array(unscored[group_code[order]]), NOT_SCORED, pa.scalar(None, pa.string())),
     }
     table = pa.table(canonical_rows)
     # Groups whose episodes arrived in more than one step directory (audited whole, in their completion step).
@@ -456,9 +490,13 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             "shipped traces with recorded advantages": int(
                 pc.sum(pc.is_valid(piece.column("recorded_advantage"))).as_py() or 0
             ),
+            "groups not scored by the end of the dump": len(
+                pc.unique(piece.filter(pc.is_valid(piece.column(NOT_TRAINED))).column("prompt"))
+            ),
         }
         label = "prime-rl (prompt = group.id, trajectory = episode id, a row per member trace)"
-        result.append(with_trained_default(with_found(canonical, {label: found}, notes), *DEFAULT))
+        stamped = with_trained_default(with_found(canonical, {label: found}, notes), *DEFAULT)
+        result.append(with_facts(stamped, estimator_per=ENV))
     return result
 
 

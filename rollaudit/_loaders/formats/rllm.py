@@ -270,6 +270,8 @@ LOADER = Format(
     expand_directory=expand_directory,
     reads="rllm's own keys (prompt = task_id:trajectory name, trajectory = uid, reward = the trajectory's reward)",
     prompt="task_id:trajectory name",
+    framework_groups="the prompt above, except rllm's legacy verl path, which groups by the trajectory uid (rllm "
+    "issues #605, #924): the rllm-verl-legacy preset",
     trajectory="uid",
     reward="the trajectory's reward",
     trained_with=(DEFAULT,),

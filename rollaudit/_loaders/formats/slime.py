@@ -589,6 +589,8 @@ LOADER = Format(
     reads="slime's own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
     "or reward[reward_key])",
     prompt="group_index",
+    framework_groups="slime main: consecutive slices of n_samples_per_prompt samples, or the whole batch where "
+    "the count is not n x B (the slime-legacy preset); PRs #2204 and #2062 group by group_index",
     trajectory="rollout_id, else index",
     reward="reward, or reward[reward_key]",
     advantage="advantages (train dumps)",
