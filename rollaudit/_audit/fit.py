@@ -22,7 +22,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import SchemeError
-from .._table import AGENT, PROMPT, RECORDED_ADVANTAGE, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, validate_table
+from .._table import (
+    AGENT,
+    PROMPT,
+    RECORDED_ADVANTAGE,
+    RESPONSE_LENGTH,
+    REWARD,
+    STEP,
+    TRAJECTORY,
+    facts_in,
+    loaded_formats,
+    validate_table,
+)
 from .presets import PRESETS, get_scheme
 from .schemes import Scheme, columns_needed
 
@@ -243,8 +254,10 @@ def fit_presets(
     if not has_recorded(table):
         return []
     present = recorded_mask(table)
-    specs = candidate_schemes(table) if schemes is None else schemes
-    fitted = _fit_schemes(encode(table, device), present, _recorded_on(table, present), specs, tolerance)
+    names = [str(get_scheme(spec)) for spec in (candidate_schemes(table) if schemes is None else schemes)]
+    tiers = preset_tiers(names, table)
+    recorded = _recorded_on(table, present)
+    fitted = _fit_schemes(encode(table, device), present, recorded, names, tolerance, tiers=tiers)
     return [fit for fit, _ in fitted]
 
 
@@ -266,18 +279,20 @@ class CellFits(NamedTuple):
     misses: dict[str, np.ndarray]
     error_sum: dict[str, np.ndarray]
     max_error: dict[str, np.ndarray]
+    tiers: Mapping[str, int] = {}
+    """How schemes that fit as well rank (:func:`preset_tiers`)."""
 
 
 class _Cells:
     """The recorded rows sorted by cell once, so that each scheme's errors reduce per cell in one vector pass."""
 
-    def __init__(self, codes: np.ndarray) -> None:
+    def __init__(self, codes: np.ndarray, tiers: Mapping[str, int]) -> None:
         self.order = np.argsort(codes, kind="stable")
         ordered = codes[self.order]
         self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, int)
         self.cells = ordered[self.starts] if len(ordered) else np.zeros(0, np.int64)
         self.rows = np.diff(np.r_[self.starts, len(ordered)])
-        self.fits = CellFits(self.cells, self.rows, {}, {}, {})
+        self.fits = CellFits(self.cells, self.rows, {}, {}, {}, tiers)
 
     def add(self, name: str, errors: np.ndarray, allowed: float) -> None:
         if not len(self.starts):
@@ -290,6 +305,40 @@ class _Cells:
         self.fits.max_error[name] = np.maximum.reduceat(ordered, self.starts)
 
 
+# The framework each preset family reproduces, by the preset's name: on a dump of one framework, another's preset
+# that fits only as well (a float32 copy of the same formula fits by the same rounding) is named last.
+_PRESET_FRAMEWORKS = {
+    "slime": "slime",
+    "miles": "miles",
+    "verl": "verl",
+    "trl": "trl",
+    "nemo": "nemo_rl",
+    "agl": "agent_lightning",
+    "areal": "areal",
+    "rllm": "rllm",
+    "roll": "roll",
+    "tinker": "tinker",
+    "art": "art",
+    "oi": "open_instruct",
+    "prime": "prime_rl",
+    "torchtitan": "torchtitan",
+}
+
+
+def preset_tiers(schemes: Iterable[str], table: pa.Table) -> dict[str, int]:
+    """How each scheme string ranks among fits of one quality on ``table``: 0 the default preset its loader names
+    (the framework's own arithmetic, dtype and eps, even where its rounding is not reproduced bit for bit), 1 any
+    other scheme, 2 a preset of another framework than the one that wrote the dump."""
+    formats = set(loaded_formats(table))
+    default = (facts_in(table).get("trained_default") or {}).get("scheme")
+    tiers = {}
+    for name in schemes:
+        framework = _PRESET_FRAMEWORKS.get(name.split("(", 1)[0].split("-", 1)[0])
+        foreign = framework is not None and bool(formats) and framework not in formats
+        tiers[name] = 0 if name == default else 2 if foreign else 1
+    return tiers
+
+
 def _fit_schemes(
     encoded: Encoded,
     present: np.ndarray,
@@ -299,6 +348,7 @@ def _fit_schemes(
     computed: Mapping[str, torch.Tensor] | None = None,
     unavailable: dict[str, str] | None = None,
     cells: _Cells | None = None,
+    tiers: Mapping[str, int] | None = None,
 ) -> list[tuple[PresetFit, bytes]]:
     """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first; the schemes
     that cannot run go into ``unavailable`` (scheme -> the error's line) when it is given.
@@ -307,7 +357,8 @@ def _fit_schemes(
     ``computed``: advantages already recomputed on ``encoded``, by scheme string (``audit`` passes its own,
     so no scheme is recomputed twice). A digest, not the values, is kept per scheme: ties are told apart
     without holding every scheme's column at once. ``cells``: where each scheme's errors are also counted per
-    cell of the recorded rows (:class:`CellFits`).
+    cell of the recorded rows (:class:`CellFits`). ``tiers``: how schemes that fit as many rows rank
+    (:func:`preset_tiers`; 1 where not given).
     """
     from .kernel import advantages
 
@@ -341,7 +392,13 @@ def _fit_schemes(
             cells.add(name, errors, allowed)
     # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
     return sorted(
-        fitted.values(), key=lambda item: (-item[0].share_within_tolerance, item[0].mean_error, item[0].max_error)
+        fitted.values(),
+        key=lambda item: (
+            -item[0].share_within_tolerance,
+            (tiers or {}).get(item[0].scheme, 1),
+            item[0].mean_error,
+            item[0].max_error,
+        ),
     )
 
 
@@ -473,8 +530,10 @@ def detect_by_cells(
     present = recorded_mask(table)
     recorded = _recorded_on(table, present)
     unavailable: dict[str, str] = {}
-    cells = None if cell_codes is None else _Cells(np.asarray(cell_codes, dtype=np.int64)[present])
-    fitted = _fit_schemes(encoded, present, recorded, schemes, tolerance, computed, unavailable, cells)
+    names = [str(get_scheme(spec)) for spec in schemes]
+    tiers = preset_tiers(names, table)
+    cells = None if cell_codes is None else _Cells(np.asarray(cell_codes, dtype=np.int64)[present], tiers)
+    fitted = _fit_schemes(encoded, present, recorded, names, tolerance, computed, unavailable, cells, tiers)
     fits = tuple(fit for fit, _ in fitted)
     matched = bool(fits) and fits[0].share_within_tolerance == 1.0
     equivalent = tuple(fit.scheme for fit, digest in fitted[1:] if digest == fitted[0][1]) if fitted else ()

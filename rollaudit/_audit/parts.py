@@ -57,10 +57,12 @@ class _Table:
         return [step for step in range(self.steps) if where * self.steps + step in self.index]
 
     def matching(self, places: np.ndarray) -> list[str]:
-        """The schemes within tolerance on every recorded row of these cells, least error first (ties in fit order)."""
-        rows = max(int(self.fits.rows[places].sum()), 1)
+        """The schemes within tolerance on every recorded row of these cells, as :func:`~.fit.detect_scheme` ranks
+        them: by tier (the dump's own framework's presets first), then least error (ties in fit order)."""
         found = [name for name in self.order if int(self.fits.misses[name][places].sum()) == 0]
-        return sorted(found, key=lambda name: float(self.fits.error_sum[name][places].sum()) / rows)
+        return sorted(
+            found, key=lambda name: (self.fits.tiers.get(name, 1), float(self.fits.error_sum[name][places].sum()))
+        )
 
     def closest(self, places: np.ndarray) -> tuple[str, float] | None:
         """The scheme with the most rows within tolerance on these cells, and that share."""

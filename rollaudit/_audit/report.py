@@ -159,9 +159,31 @@ class Report:
         flips = metrics["sign_flip_rate"]
         if not (isinstance(flips, float) and math.isfinite(flips) and flips > 0):
             return []
-        return advice_for(
-            self.trained_with.scheme, self.reference, recorded=row == RECORDED_ROW, formats=self.info.get("formats", [])
-        )
+        formats = self.info.get("formats", [])
+        if self.trained_with.changed:
+            return self._advice_by_part(row, formats)
+        return advice_for(self.trained_with.scheme, self.reference, recorded=row == RECORDED_ROW, formats=formats)
+
+    def _advice_by_part(self, row: str, formats: list[str]) -> list[str]:
+        """The advice for each part of a run that changed scheme whose steps change signs against the reference
+        (a part of one environment: where the whole run does), each line led by the part."""
+        from .advice import advice_for
+        from .trained import part_label
+
+        lines: list[str] = []
+        for part in self.trained_with.parts:
+            if part.scheme is None:
+                continue
+            if part.where is None and not self.per_step.empty:
+                steps = self.per_step.xs(row, level="scheme")["sign_flip_rate"]
+                within = steps[(steps.index >= part.steps[0]) & (steps.index <= part.steps[1])]
+                if not bool((within > 0).any()):
+                    continue
+            lines += [
+                f"{part_label(part)} ({part.scheme}): {line}"
+                for line in advice_for(part.scheme, self.reference, recorded=True, formats=formats)
+            ]
+        return list(dict.fromkeys(lines))
 
     @property
     def recorded(self) -> dict[str, Any] | None:

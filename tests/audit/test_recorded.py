@@ -93,8 +93,8 @@ def test_dump_details_is_slime_legacy_on_an_uneven_step():
     report = rollaudit.audit(table, schemes=["slime-legacy(n=4)"], device="cpu")
     assert report.recorded["best_match"] == "batch"
     # roll-grpo-batch gives 0 where the batch's std is at most 1e-6, batch's very numbers elsewhere.
-    assert report.recorded["equivalent"] == ["roll-grpo-batch", "slime-legacy(n=4)"]
-    assert "the same numbers: roll-grpo-batch, slime-legacy(n=4)" in recorded_sentence(report)
+    assert report.recorded["equivalent"] == ["slime-legacy(n=4)", "roll-grpo-batch"]  # another framework's preset last
+    assert "the same numbers: slime-legacy(n=4), roll-grpo-batch" in recorded_sentence(report)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
