@@ -32,6 +32,7 @@ from .._table import (
     validate_table,
 )
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_by_cells, has_recorded, recorded_values
+from .partial import PartialGroups, partial_groups
 from .parts import split_parts
 from .presets import get_scheme, split_schemes
 from .report import RECORDED_ROW, Distributions, Report
@@ -155,6 +156,11 @@ def _needs_trajectories(scheme: Scheme) -> bool:
     return scheme.members == "trajectories" or scheme.group_by == TRAJECTORY
 
 
+def needs_step(scheme: Scheme) -> bool:
+    """Whether a scheme reads the whole step (one group, a batch-wide std, slices of the batch, a whitening)."""
+    return scheme.groups != "prompt" or scheme.std_over == "batch" or scheme.whiten != "none"
+
+
 @dataclass
 class _Plan:
     """What an audit computes: the schemes (by name, the reference among them), what the run trained with as far
@@ -181,11 +187,16 @@ def _plan(table: pa.Table, schemes: SchemeList, reference: str | Scheme, trained
     if trained is not None and trained.scheme is not None:
         resolved.setdefault(trained.scheme, named_scheme(trained.scheme))
     no_trajectory = trajectory_limit(table)
+    no_step = facts_in(table).get("no_step")
     not_auditable = {
         name: no_trajectory for name, scheme in resolved.items() if no_trajectory and _needs_trajectories(scheme)
     }
+    if isinstance(no_step, str):
+        not_auditable.update({name: no_step for name, scheme in resolved.items() if needs_step(scheme)})
     if reference_name in not_auditable:
-        raise SchemeError(f"the reference {reference_name} cannot be audited on this dump: {no_trajectory}")
+        raise SchemeError(
+            f"the reference {reference_name} cannot be audited on this dump: {not_auditable[reference_name]}"
+        )
     return _Plan(
         schemes={name: scheme for name, scheme in resolved.items() if name not in not_auditable},
         reference=reference_name,
@@ -379,11 +390,16 @@ def audit(
     table, left_out = trained_rows(validate_table(table))
     plan = _plan(table, schemes, reference, trained_with)
     encoded = encode(table, device)
+    partial = partial_groups(table)
+    if partial is not None and not partial.whole:
+        return _recorded_in_part(table, encoded, plan, partial, left_out, started)
     computed = _compute(encoded, table, plan, tol, recorded_tolerance, recorded_schemes)
 
     info = _info(table, encoded)
     if left_out:
         info["not_trained"] = left_out
+    if partial is not None:
+        info["partial_groups"] = partial.to_dict()
     if computed.groups_unavailable is not None:
         info["per_prompt_unavailable"] = computed.groups_unavailable
     summary, per_step = _summary_and_steps(encoded, computed.tallies)
@@ -422,6 +438,62 @@ def audit(
         step_groups=step_groups,
         advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
         distributions=_distributions(computed.values, plan.reference),
+    )
+
+
+def _recorded_in_part(
+    table: pa.Table,
+    encoded: Encoded,
+    plan: _Plan,
+    partial: PartialGroups,
+    left_out: list[dict[str, Any]],
+    started: float,
+) -> Report:
+    """The report of a dump that holds part of its groups while their recorded advantages cover the whole group:
+    no scheme recomputed from the dumped rows is auditable; the run's scheme is the one its recorded values are
+    consistent with on every group, and said so."""
+    from .metric_names import METRICS
+
+    reason = partial.reason()
+    not_auditable = {**{name: reason for name in plan.schemes}, **plan.not_auditable}
+    groups = f"{partial.groups:,} group{'s' if partial.groups != 1 else ''}"
+    if partial.scheme is None:
+        why = f"the recorded advantages are consistent with no preset on every one of the {groups}"
+        trained = TrainedWith(None, "recorded", why)
+    else:
+        scheme = get_scheme(partial.scheme)
+        how = (
+            "r - A is one value on every sibling, the whole group's mean"
+            if scheme.scale == "none"
+            else "r = m + s x A for one mean m and one scale s > 0 per group"
+        )
+        why = (
+            f"the recorded advantages are consistent with it on every one of the {groups} ({how}); the dump holds "
+            "part of each group, so that is consistency, not a reproduction"
+        )
+        not_auditable.setdefault(partial.scheme, reason)
+        trained = TrainedWith(partial.scheme, "recorded", why)
+    steps = np.asarray(encoded.step_values, dtype=np.int64)
+    trained = whole_run(trained, (int(steps[0]), int(steps[-1])) if len(steps) else (0, 0), int(encoded.rows))
+    info = _info(table, encoded)
+    info.update(prompts=partial.groups, trajectories=None, partial_groups=partial.to_dict())
+    info["per_prompt_unavailable"] = reason
+    if left_out:
+        info["not_trained"] = left_out
+    info["device"] = str(encoded.device)
+    info["seconds"] = round(time.perf_counter() - started, 6)
+    summary = pd.DataFrame(columns=list(METRICS), index=pd.Index([], name="scheme"))
+    per_step = pd.DataFrame(columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    return Report(
+        reference=plan.reference,
+        schemes=[],
+        not_auditable=not_auditable,
+        trained_with=trained,
+        summary=summary,
+        per_step=per_step,
+        per_prompt=pd.DataFrame(),
+        histograms={},
+        info=info,
     )
 
 

@@ -325,6 +325,11 @@ _PRESET_FRAMEWORKS = {
 }
 
 
+def preset_framework(name: str) -> str | None:
+    """The format name of the framework a preset (by its scheme string) reproduces; None for a generic scheme."""
+    return _PRESET_FRAMEWORKS.get(name.split("(", 1)[0].split("-", 1)[0])
+
+
 def preset_tiers(schemes: Iterable[str], table: pa.Table) -> dict[str, int]:
     """How each scheme string ranks among fits of one quality on ``table``: 0 the default preset its loader names
     (the framework's own arithmetic, dtype and eps, even where its rounding is not reproduced bit for bit), 1 any
@@ -333,7 +338,7 @@ def preset_tiers(schemes: Iterable[str], table: pa.Table) -> dict[str, int]:
     default = (facts_in(table).get("trained_default") or {}).get("scheme")
     tiers = {}
     for name in schemes:
-        framework = _PRESET_FRAMEWORKS.get(name.split("(", 1)[0].split("-", 1)[0])
+        framework = preset_framework(name)
         foreign = framework is not None and bool(formats) and framework not in formats
         tiers[name] = 0 if name == default else 2 if foreign else 1
     return tiers

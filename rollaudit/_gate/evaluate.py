@@ -154,7 +154,7 @@ def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
         why = (
             f"the run's scheme {trained.scheme} is not auditable on this dump "
             f"({report.not_auditable.get(trained.scheme, '')})"
-            if trained.scheme is not None and trained.evidence != "recorded"
+            if trained.scheme is not None
             else f"the run's own scheme is unknown ({trained.why})"
         )
         return _not_evaluated(rule.name, why, "bound", rule.limit, limit_text)

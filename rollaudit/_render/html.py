@@ -29,6 +29,7 @@ from .text import (
     found_lines,
     has_undefined,
     histogram_rows,
+    not_auditable_groups,
     notes,
     one_line_header,
     part_lines,
@@ -42,7 +43,7 @@ from .text import (
     verdict_title,
     verdicts,
 )
-from .trend import trend_lines, trend_section
+from .trend import has_trend, trend_lines, trend_section
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,7 +166,9 @@ def _verdict(report: Report) -> str:
     rounding = rounding_line(report)
     by_part = "".join(f"<li>{text(line)}</li>" for line in part_lines(report))
     advice = "".join(f"<li>{text(line)}</li>" for line in advice_lines(report))
-    unaudited = "".join(f"<li>{_code(scheme)}: {text(reason)}</li>" for scheme, reason in report.not_auditable.items())
+    unaudited = "".join(
+        f"<li>{', '.join(map(_code, schemes))}: {text(reason)}</li>" for schemes, reason in not_auditable_groups(report)
+    )
     return (
         f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p>"
         f"<p class='muted'>{text(trained_why(report))}</p>"
@@ -179,6 +182,9 @@ def _verdict(report: Report) -> str:
 
 
 def _metrics(report: Report) -> str:
+    if report.reference not in report.summary.index:  # nothing the dump holds could be recomputed
+        warnings = "".join(f"<li>{text(line)}</li>" for line in notes(report))
+        return f"<ul class='notes'>{warnings}</ul>" if warnings else ""
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows, row_classes, cell_classes = [], [], []
     for scheme, row in report.summary.iterrows():
@@ -239,7 +245,7 @@ def _recorded(report: Report) -> str:
 
 def _steps(report: Report, top: int, svgs: Mapping[str, tuple[str, list[str]]]) -> str:
     steps = len(report.info.get("step_values", []))
-    if steps < 2:
+    if not has_trend(report):
         return ""
     parts = [f"<h2>By step ({steps:,} steps)</h2>"]
     parts.append(_figure(svgs, "per_step", "Share of signs changed, non-zero inflation and group sizes per step."))

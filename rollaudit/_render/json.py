@@ -35,7 +35,8 @@ _ENCODE = json.JSONEncoder(allow_nan=False).encode
 def _encode(value: Any, level: int, pieces: list[str]) -> None:
     """``value``'s JSON text onto ``pieces`` (joined once at the end: no copy per level)."""
     if level >= EXPANDED_LEVELS or not isinstance(value, (Mapping, list)) or not value:
-        pieces.append(_ENCODE(value))
+        # A mapping that is not a dict (the lazy per-step rows) as the dict it reads as.
+        pieces.append(_ENCODE(dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value))
         return
     inner, outer = "\n" + "  " * (level + 1), "\n" + "  " * level
     pieces.append("{" if isinstance(value, Mapping) else "[")

@@ -27,6 +27,7 @@ from .text import (
     has_undefined,
     histogram_rows,
     load_line,
+    not_auditable_groups,
     notes,
     one_line_header,
     part_lines,
@@ -39,7 +40,7 @@ from .text import (
     verdict_title,
     verdicts,
 )
-from .trend import trend_lines, trend_section
+from .trend import has_trend, trend_lines, trend_section
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -124,7 +125,10 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     unaudited = report.not_auditable
     if unaudited:
         lines += ["**Not auditable on this dump**", ""]
-        lines += [f"- {code(scheme)}: {markdown_text(reason)}" for scheme, reason in unaudited.items()] + [""]
+        lines += [
+            f"- {', '.join(map(code, schemes))}: {markdown_text(reason)}"
+            for schemes, reason in not_auditable_groups(report)
+        ] + [""]
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows = []
     for scheme, row in report.summary.iterrows():
@@ -133,8 +137,8 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         if scheme != report.reference and not undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0:
             cells[0] = Markdown(f"**{markdown_text(cells[0])}**")
         rows.append([label, *cells])
-    lines.append(markdown_table(["scheme", *(one_line_header(header) for header, _, _ in columns)], rows))
-    lines.append("")
+    if rows:
+        lines += [markdown_table(["scheme", *(one_line_header(header) for header, _, _ in columns)], rows), ""]
     if notes(report):
         lines += [f"- ⚠️ {markdown_text(line)}" for line in notes(report)] + [""]
     if report.recorded is not None:
@@ -144,7 +148,7 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         if fit_rows:
             rows = [[code(row[0]), *row[1:]] for row in fit_rows]
             lines += [f"**{title}**", "", markdown_table([one_line_header(name) for name in header], rows), ""]
-    if len(report.info.get("step_values", [])) > 1:
+    if has_trend(report):
         lines += ["**Share of signs changed, by step**", ""]
         for line in trend_lines(report):
             scheme, _, rates = line.partition(":")

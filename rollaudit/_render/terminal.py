@@ -49,7 +49,7 @@ from .text import (
     verdict_title,
     verdicts,
 )
-from .trend import trend_lines, trend_section
+from .trend import has_trend, trend_lines, trend_section
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -334,14 +334,15 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     ]
     if report.histograms:
         parts += [_histogram_grid(report), Text("")]
-    parts.append(metrics_table(report))
+    if report.reference in report.summary.index:
+        parts.append(metrics_table(report))
     if report.distributions is not None:
         parts += [Text(""), _Distributions(report)]
     for line in notes(report):
         parts.append(Text(f"note: {line}", style="yellow"))
     if report.recorded is not None:
         parts += [Text(""), *_recorded_renderables(report)]
-    if len(report.info.get("step_values", [])) > 1:
+    if has_trend(report):
         parts += [Text(""), _Trends(report)]
     trend = trend_section(report, top)
     if trend is not None:

@@ -328,7 +328,10 @@ def trained_text(report: Report, code: Callable[[str], str] = _plain) -> str:
         return "trained with its own recorded advantages, which match no preset"
     if trained.scheme is None:
         return "trained with an unknown scheme"
-    text = f"trained with {code(trained.scheme)} ({_EVIDENCE[trained.evidence]})"
+    evidence = _EVIDENCE[trained.evidence]
+    if trained.row is None and trained.evidence == "recorded":  # values that only a whole group would reproduce
+        evidence = f"consistent with {evidence}"
+    text = f"trained with {code(trained.scheme)} ({evidence})"
     if trained.row is None:
         text += ", which this dump cannot audit"
     return text
@@ -404,9 +407,18 @@ def advice_lines(report: Report) -> list[str]:
     return [visible(line) for line in report.advice]
 
 
+def not_auditable_groups(report: Report) -> list[tuple[list[str], str]]:
+    """The schemes the dump cannot support, those that share a reason together: ``[(schemes, reason)]``."""
+    by_reason: dict[str, list[str]] = {}
+    for scheme, reason in report.not_auditable.items():
+        by_reason.setdefault(reason, []).append(scheme)
+    return [(schemes, reason) for reason, schemes in by_reason.items()]
+
+
 def not_auditable_lines(report: Report) -> list[str]:
-    """``scheme: why this dump cannot support it``, once each."""
-    return [visible(f"{scheme}: {reason}") for scheme, reason in report.not_auditable.items()]
+    """``scheme: why this dump cannot support it``; schemes that share a reason on one line (``batch, prompt:
+    why``)."""
+    return [visible(f"{', '.join(schemes)}: {reason}") for schemes, reason in not_auditable_groups(report)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -44,6 +44,11 @@ def sparkline(values: Sequence[float]) -> str:
     )
 
 
+def has_trend(report: Report) -> bool:
+    """Whether the report has a trend to show: several steps, each with its numbers."""
+    return len(report.info.get("step_values", [])) > 1 and not report.per_step.empty
+
+
 def trend_lines(report: Report, width: int = 100) -> list[str]:
     """Per scheme, one line: its sign-flip rate over the steps as a sparkline (runs of steps resampled to fit
     ``width`` columns), then the first and last step's rates and the largest: ``53.8% at step 0 → 0.0% at
@@ -77,9 +82,9 @@ def trend_lines(report: Report, width: int = 100) -> list[str]:
 
 def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[str]]] | None:
     """(title, header, rows) of the worst steps of a run, or None for a single step or no flips."""
-    steps = len(report.info.get("step_values", []))
-    if steps < 2 or top <= 0:
+    if not has_trend(report) or top <= 0:
         return None
+    steps = len(report.info["step_values"])
     worst = report.worst_steps(top)
     if worst.empty:
         return None
