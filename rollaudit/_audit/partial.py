@@ -10,9 +10,10 @@ values decide, group by group, what can be said:
   rewards). Recorded values that hold so on every group are *consistent* with the preset: that is the verdict's
   evidence, never a reproduction.
 - a group is *whole* where the dumped rows give back that mean (and scale): the preset recomputed from them is
-  the recorded value. Where every group is, the dump is audited as any dump is. Where some group is shown to be a
-  part of its group, the recorder cut groups, and a group that passes can do so by chance (the extremes of
-  ``0, 0, 1, 1`` have its mean): no group is audited, every scheme is not auditable.
+  the recorded value, and no sibling's place in its group (the fact's ``sibling`` column: torchtitan's
+  ``rollout_id``) lies past the rows dumped. Where every group is, the dump is audited as any dump is. Where
+  some group is shown to be a part of its group, the recorder cut groups, and a group that passes can do so by
+  chance (the extremes of ``0, 0, 1, 1`` have its mean): no group is audited, every scheme is not auditable.
 """
 
 from __future__ import annotations
@@ -170,6 +171,16 @@ def partial_groups(table: pa.Table) -> PartialGroups | None:
         if groups and bool((consistent & ~unrecorded).all()):
             chosen, whole_groups = name, whole & ~unrecorded
             break
+    sibling = fact.get("sibling")
+    if (
+        isinstance(sibling, str)
+        and sibling in table.column_names
+        and pa.types.is_integer(table.schema.field(sibling).type)
+    ):
+        # A sibling's place in its group (0..n-1) at or past the rows dumped of the group: there were more.
+        ids = pc.fill_null(table.column(sibling), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        count = np.bincount(codes, minlength=groups)
+        whole_groups &= np.bincount(codes, weights=ids >= count[codes], minlength=groups) == 0
     partial = groups - int(whole_groups.sum())
     return PartialGroups(chosen, partial == 0, groups, partial, why)
 
