@@ -283,7 +283,7 @@ def full_groups(events: list[Event]) -> list[dict[str, Any]]:
 # The committed samples.
 
 DEFAULT_RUN = (
-    RunConfig(seed=11, groups=10, group_size=6, constant_groups=(2, 7), untrainable_groups=(5,), lost_groups=(8,)),
+    RunConfig(seed=11, groups=10, group_size=6, constant_groups=(2, 7), untrainable_groups=(0, 5), lost_groups=(8,)),
     RunConfig(seed=12, groups=6, group_size=6, start_version=2, constant_groups=(4,)),
 )
 """A default run (k=1, Dr.GRPO) stopped after version 2 and resumed from it: two segments in one file."""

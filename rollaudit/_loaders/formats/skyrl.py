@@ -194,6 +194,6 @@ LOADER = Format(
     prompt="uids (popped before the dump: absent)",
     trajectory=None,
     reward="rewards (popped before the dump: absent)",
-    advantage="advantages (per token)",
+    advantage=None,
     cannot_audit=CANNOT_AUDIT,
 )
