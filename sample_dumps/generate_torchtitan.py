@@ -293,20 +293,21 @@ WHOLE_RUN = RunConfig(seed=21, groups=8, group_size=4, constant_groups=(3,), unt
 
 def write_default(root: Path) -> Path:
     first, resumed = DEFAULT_RUN
-    dump = root / "torchtitan" / "default" / "outputs" / "rl"
+    dump = root / "torchtitan" / "outputs" / "rl"
     write_run(dump, run_events(first, end_version=2))
     return write_run(dump, run_events(resumed))
 
 
 def write_whole(root: Path) -> Path:
-    dump = root / "torchtitan" / "whole" / "outputs" / "rl"
+    dump = root / "torchtitan_whole" / "outputs" / "rl"
     return write_run(dump, run_events(WHOLE_RUN), k=2, log_tensors=True)
 
 
 def write_all(root: Path) -> list[Path]:
     """Write every sample under ``root``; the paths relative to it."""
-    for path in (root / "torchtitan").rglob(FILE_NAME):
-        path.unlink()  # the recorder appends: start from nothing
+    for sample in ("torchtitan", "torchtitan_whole"):
+        for path in (root / sample).rglob(FILE_NAME):
+            path.unlink()  # the recorder appends: start from nothing
     return [path.relative_to(root) for path in (write_default(root), write_whole(root))]
 
 

@@ -51,7 +51,7 @@ CASES = {
         {f"rollouts/{name}": f"open_instruct/rollouts/{name}" for name in _OPEN_INSTRUCT},
         ".",
     ),
-    "torchtitan": ({_TORCHTITAN: f"torchtitan/default/{_TORCHTITAN}"}, "."),
+    "torchtitan": ({_TORCHTITAN: f"torchtitan/{_TORCHTITAN}"}, "."),
 }
 
 
