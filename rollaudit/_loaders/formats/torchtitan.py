@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from ..._errors import InputError
 from ..._table import (
     NOT_TRAINED,
+    STEP,
     make_table,
     with_facts,
     with_found,
@@ -503,21 +504,21 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             file=str(paths[0]),
             expected="the rollouts of a training run",
         )
-    reasons = columns.plain(table.column(NOT_TRAINED))
-    group_rows = pc.is_valid(reasons)
-    untrained = table.filter(group_rows).select(["prompt", NOT_TRAINED]).group_by(["prompt", NOT_TRAINED])
-    by_reason = untrained.aggregate([]).column(NOT_TRAINED).to_pylist()
-    notes = _notes(facts, by_reason.count(ZERO_STD))
+    # Counts per step, from one pass over the groups (each group lies in one step): its step, why not trained.
+    prompt = pc.dictionary_encode(columns.plain(table.column("prompt"))).indices.to_numpy(zero_copy_only=False)
+    reason_codes = pc.dictionary_encode(columns.plain(table.column(NOT_TRAINED)))
+    reasons = reason_codes.dictionary.to_pylist()
+    reason = reason_codes.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    _, first = np.unique(prompt, return_index=True)
+    group_step = table.column(STEP).to_numpy()[first]
+    group_reason = reason[first]
+    notes = _notes(facts, int(np.sum(group_reason == reasons.index(ZERO_STD))) if ZERO_STD in reasons else 0)
     result = []
-    for index, (_, piece) in enumerate(columns.split_steps(table, paths[0])):
-        found = {
-            "training groups": len(pc.unique(piece.column("prompt"))),
-            "training rows (a rollout each)": piece.num_rows,
-        }
-        reasons_here = piece.filter(pc.is_valid(piece.column(NOT_TRAINED))).select(["prompt", NOT_TRAINED])
-        for why in reasons_here.group_by(["prompt", NOT_TRAINED]).aggregate([]).column(NOT_TRAINED).to_pylist():
-            label = f"groups not trained: {why}"
-            found[label] = found.get(label, 0) + 1
+    for index, (step, piece) in enumerate(columns.split_steps(table, paths[0])):
+        here = group_reason[group_step == step]
+        found = {"training groups": len(here), "training rows (a rollout each)": piece.num_rows}
+        for code, why in enumerate(reasons):
+            found[f"groups not trained: {why}"] = int(np.sum(here == code))
         if index == 0:  # the file's own counts, once
             found["validation lines left out"] = facts["validation_lines"]
             found["segments (process lifetimes)"] = facts["segments"] if facts["segments"] > 1 else 0
