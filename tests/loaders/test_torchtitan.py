@@ -378,3 +378,16 @@ def test_the_reproduced_writer_writes_torchtitans_own_bytes(tmp_path, name):
 
 def test_the_samples_are_what_the_generator_writes():
     assert gen.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("version", [-1, 2**62])
+def test_a_policy_version_that_is_no_step_count_is_refused(tmp_path, version):
+    path = gen.write_run(tmp_path, gen.run_events(gen.RunConfig(seed=1, groups=2, validation=0)))
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["turns"][0]["max_policy_version"] = version
+    lines[1] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as error:
+        rollaudit.load(path)
+    assert "field 'turns[].max_policy_version': row 2" in error.value.line()

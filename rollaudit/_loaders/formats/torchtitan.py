@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 FILE_NAME = "rollout_samples.jsonl"
 _DEFAULT_FOLDER = ("outputs", "rl")
+# Policy versions count optimizer steps: beyond this one they are no step (and past float64's exact integers).
+_MOST_VERSIONS = 1 << 40
 _TURN_FIELDS = [pa.field("completion_token_ids", pa.list_(pa.int64()))]
 _CURRENT = pa.schema(
     [
@@ -156,7 +158,7 @@ def _numpy(values: pa.Array) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False))
 
 
-def _turn_summary(turns: pa.Array, older: bool, rows: int) -> dict[str, np.ndarray]:
+def _turn_summary(turns: pa.Array, older: bool, rows: int, path: Path) -> dict[str, np.ndarray]:
     """Per row: its turns, the oldest and newest policy version they were decoded under (NaN without one), its
     completion tokens (NaN where not logged) and whether it has any completion token (a turn, and a non-empty
     completion where logged)."""
@@ -167,6 +169,15 @@ def _turn_summary(turns: pa.Array, older: bool, rows: int) -> dict[str, np.ndarr
     def per_row(name: str, reduce: Any, start: float) -> np.ndarray:
         values = pc.struct_field(flat, name).to_numpy(zero_copy_only=False).astype(np.float64)
         held = ~np.isnan(values)
+        wrong = held & ~((values >= 0) & (values < _MOST_VERSIONS))
+        if wrong.any():
+            raise InputError(
+                f"is {values[wrong][0]:.0f}",
+                file=str(path),
+                field=f"turns[].{name}",
+                row=int(owner[np.flatnonzero(wrong)[0]]),
+                expected=f"a policy version from 0 to {_MOST_VERSIONS:,}",
+            )
         out = np.full(rows, start)
         reduce.at(out, owner[held], values[held])
         return np.where(np.isinf(out), np.nan, out)
@@ -195,11 +206,11 @@ def _run_starts(training: np.ndarray, group: np.ndarray, reward: np.ndarray, rol
             follows[1:] = training[1:] & training[:-1] & (group[1:] == group[:-1]) & ~(reward[1:] < reward[:-1])
     starts = training & ~follows
     while True:
-        run = np.cumsum(starts) - 1
+        run = np.where(training, np.cumsum(starts) - 1, -1)  # validation lines belong to no run
         order = np.lexsort((np.arange(rows), rollout, run))
         again = np.zeros(rows, dtype=bool)
         same = (run[order][1:] == run[order][:-1]) & (rollout[order][1:] == rollout[order][:-1])
-        again[order[1:][same & training[order][1:]]] = True
+        again[order[1:][same & (run[order][1:] >= 0)]] = True
         if not again.any():
             return starts
         # The first repeat of each run starts a new instance; later ones are looked at again after the split.
@@ -331,7 +342,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     validation = _numpy(column("is_validation", "true or false")).astype(bool)
     rewards = column("reward", "a number (torchtitan's recorder skips unscored rollouts)")
     reward = _numpy(rewards).astype(np.float64)
-    summary = _turn_summary(column("turns", "a list of turns"), older, rows)
+    summary = _turn_summary(column("turns", "a list of turns"), older, rows, path)
     training = ~validation
     step_field: np.ndarray | None = None
     if older:
