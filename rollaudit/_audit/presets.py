@@ -13,6 +13,7 @@ from typing import Any
 from .._errors import SchemeError, did_you_mean
 from .schemes import _NOT_PARAMETERS, PresetNotes, Scheme
 
+_TORCHTITAN = "torchtitan b5bcd76 (pytorch/torchtitan, torchtitan/experiments/rl)"
 _PRIME_RL = "prime-rl 559b447 (PrimeIntellect-ai/prime-rl, verifiers a60a606)"
 _RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2)"
 # Both NeMo-RL estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
@@ -512,6 +513,31 @@ PRESETS: dict[str, Scheme] = {
             scale="none",
             baseline="decayed",
             decay=0.95,
+        ),
+        # torchtitan RL (experiments/rl): both options of its AdvantageEstimator, over every sibling of a group.
+        _preset(
+            "torchtitan-drgrpo",
+            PresetNotes(
+                "torchtitan AdvantageEstimator (default should_std_normalize=False, Dr.GRPO): r minus the mean over "
+                "every sibling of the prompt group (errored, truncated and zero-turn ones included), float64, no std, "
+                "no eps; a one-member group gives 0 (scale=std: should_std_normalize=True, divided by the population "
+                "std + 1e-6, as torchtitan-grpo); exact on whole groups only: the default recorder dumps 2 siblings",
+                _TORCHTITAN + " rollout/advantage.py AdvantageEstimator.__call__",
+            ),
+            groups="prompt",
+            scale="none",
+            std="population",
+        ),
+        _preset(
+            "torchtitan-grpo",
+            PresetNotes(
+                "torchtitan AdvantageEstimator with should_std_normalize=True: r minus the mean over every sibling "
+                "of the prompt group, divided by (population std + 1e-6), float64; a one-member group gives 0 "
+                "(= torchtitan-drgrpo(scale=std))",
+                _TORCHTITAN + " rollout/advantage.py AdvantageEstimator.__call__",
+            ),
+            groups="prompt",
+            std="population",
         ),
         # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
         _preset(

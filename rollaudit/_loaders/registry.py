@@ -18,8 +18,10 @@ from .formats import (
     prime_rl,
     rllm,
     roll,
+    skyrl,
     slime,
     tinker,
+    torchtitan,
     trl,
     verl,
 )
@@ -30,6 +32,7 @@ FORMATS: dict[str, Format] = {
         miles.LOADER,  # before slime, which takes any torch.save zip: miles' are told apart by their top-level keys
         slime.LOADER,
         tinker.LOADER,
+        torchtitan.LOADER,  # before generic: its rollout_samples.jsonl is a JSON Lines table too
         prime_rl.LOADER,  # before verl and generic: its traces.jsonl are JSON Lines tables too
         open_instruct.LOADER,  # before generic: its traces are JSON Lines any table reader would take
         art.LOADER,  # before trl and generic: an ART log is a Parquet table too
@@ -40,6 +43,7 @@ FORMATS: dict[str, Format] = {
         nemo_rl.LOADER,
         roll.LOADER,
         agent_lightning.LOADER,
+        skyrl.LOADER,  # recognised (a pickle naming TrainingInputBatch) and refused: rewards and uids are popped
         generic.LOADER,  # last: it accepts any table (and an empty file, so that the error says so)
     )
 }

@@ -1,4 +1,4 @@
-"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, tinker, open-instruct,
+"""Fuzzing the agentic frameworks' loaders (AReaL, rllm, NeMo-RL, ROLL, verl V1, tinker, open-instruct, torchtitan,
 agent-lightning's export).
 
 Two kinds of case per loader, each over the bundled samples in the framework's own layout: their bytes mutated,
@@ -21,6 +21,7 @@ from tests.fuzz.harness import read_sample, run_case
 
 _TINKER = "train_rollout_summaries.jsonl"
 _OPEN_INSTRUCT = ("demo_rollouts_000000.jsonl", "demo_metadata.jsonl")
+_TORCHTITAN = "outputs/rl/rollout_samples.jsonl"
 # loader -> (files of one case: name in the case directory -> sample path, the path to load in the case directory)
 CASES = {
     "areal": (
@@ -50,6 +51,7 @@ CASES = {
         {f"rollouts/{name}": f"open_instruct/rollouts/{name}" for name in _OPEN_INSTRUCT},
         ".",
     ),
+    "torchtitan": ({_TORCHTITAN: f"torchtitan/{_TORCHTITAN}"}, "."),
 }
 
 
@@ -176,3 +178,5 @@ test_prime_rl_mutated_bytes = _byte_test("prime_rl")
 test_prime_rl_mutated_structure = _structure_test("prime_rl")
 test_open_instruct_mutated_bytes = _byte_test("open_instruct")
 test_open_instruct_mutated_structure = _structure_test("open_instruct")
+test_torchtitan_mutated_bytes = _byte_test("torchtitan")
+test_torchtitan_mutated_structure = _structure_test("torchtitan")

@@ -34,6 +34,8 @@ SAMPLES = {
     "art/.art/demo/models/agent/trajectories/train/0001.parquet": "art",
     "prime_rl/rollouts/step_1/train/all/traces.jsonl": "prime_rl",
     "open_instruct/rollouts/demo_rollouts_000000.jsonl": "open_instruct",
+    "torchtitan/outputs/rl/rollout_samples.jsonl": "torchtitan",
+    "torchtitan_whole/outputs/rl/rollout_samples.jsonl": "torchtitan",
 }
 
 
@@ -45,10 +47,10 @@ def load_quietly(*args, **kwargs):
 
 def test_the_registry_order():
     # miles before slime (slime takes any torch.save zip); generic accepts any table: last; agent-lightning's
-    # export before it, so it is never a table.
+    # export before it, so it is never a table; torchtitan's and SkyRL's files before it too.
     assert list(FORMATS) == [
-        "miles", "slime", "tinker", "prime_rl", "open_instruct", "art", "areal", "verl", "trl", "rllm", "nemo_rl",
-        "roll", "agent_lightning", "generic",
+        "miles", "slime", "tinker", "torchtitan", "prime_rl", "open_instruct", "art", "areal", "verl", "trl", "rllm",
+        "nemo_rl", "roll", "agent_lightning", "skyrl", "generic",
     ]  # fmt: skip
 
 

@@ -261,3 +261,44 @@ def test_a_step_whose_scheme_changed_says_so(tmp_path: Path) -> None:
     earlier = [record.to_dict() for record in records[:3]]
     resumed = list(rollaudit.watch(run, until_idle=0, settle=0, recorded=earlier))
     assert [(record.step, record.scheme_changed) for record in resumed][:1] == [(4, changes[4])]
+
+
+def test_torchtitans_file_appended_as_groups_finish(tmp_path: Path) -> None:
+    """torchtitan appends each group as it finishes: a step (the policy-version bound) may gain a group after a later
+    step has begun, and is then audited again, its new record replacing the old; the last record of each step is
+    the audit of that step in the whole file."""
+    source = SAMPLES / "torchtitan" / "outputs" / "rl" / "rollout_samples.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    target = tmp_path / "outputs" / "rl" / source.name
+    target.parent.mkdir(parents=True)
+    # Cut the file before the first group whose step is below a later step already written: that step will have
+    # been audited (only the newest step waits), and the rest of the file changes it.
+    placed = sorted(zip(*(rollaudit.load(source).column(name).to_pylist() for name in ("line", "step")), strict=True))
+    half = next(
+        line
+        for index, (line, step) in enumerate(placed)
+        if step in {s for _, s in placed[:index]} and step < max(s for _, s in placed[:index])
+    )
+    target.write_bytes(b"".join(lines[:half]))
+
+    def append_the_rest() -> None:
+        with open(target, "ab") as handle:
+            handle.write(b"".join(lines[half:]))
+
+    timer = threading.Timer(1.0, append_the_rest)
+    timer.start()
+    try:
+        records = list(rollaudit.watch(tmp_path, until_idle=2.0, settle=0))
+    finally:
+        timer.join()
+    assert all(record.error is None for record in records)
+    last = {record.step: record for record in records}
+    whole = rollaudit.audit(rollaudit.load(source)).to_dict()["per_step"]
+    assert sorted(last) == sorted(int(step) for step in whole)
+    for step, record in last.items():
+        assert record.to_dict()["summary"] == whole[str(step)]
+    seen: set[int] = set()
+    for record in records:
+        assert record.replaces == (record.step in seen)
+        seen.add(record.step)
+    assert any(record.replaces for record in records)
