@@ -37,7 +37,9 @@ def test_compare_the_resumed_sample_names_segments_and_validation_lines():
 def test_compare_json_on_the_whole_group_sample_and_the_corpus():
     report = json.loads(run("compare", WHOLE, "--json", "--no-cache").stdout)
     assert report["load"]["format"] == "torchtitan"
-    assert report["info"]["samples"] == 32 and report["info"]["prompts"] == 8
+    # 32 rows of 8 groups, 2 of them not trained (constant, untrainable): left out of every scheme and rate.
+    assert report["info"]["samples"] == 24 and report["info"]["prompts"] == 6
+    assert report["trained_with"]["scheme"] == "torchtitan-drgrpo" and report["info"]["partial_groups"]["whole"]
     found = report["load"]["found"][torchtitan.LABEL] if "found" in report["load"] else None
     table = rollaudit.load(WHOLE)
     assert found is None or found == rollaudit._table.found_in(table)[torchtitan.LABEL]

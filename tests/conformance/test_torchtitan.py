@@ -85,7 +85,8 @@ def test_the_step_is_a_lower_bound_of_the_step_that_trained_each_group(loaded):
     has_turns = newest.notna().to_numpy()
     assert np.array_equal(step[has_turns], newest[has_turns].to_numpy().astype(int) + 1)
     assert sorted(set(step.tolist())) == [1, 2, 3, 4]
-    assert "no_step" not in facts_in(table)
+    # A bound gathers the groups of one bound, not the batch that trained them: batch-wide schemes cannot run.
+    assert facts_in(table)["no_step"].startswith("the dump has no step field: the turns' policy versions bound")
     assert any(note.startswith("step = 1 + the newest max_policy_version") for note in notes_in(table))
 
 
@@ -124,7 +125,12 @@ def test_presets_equal_torchtitans_estimator_on_whole_groups(loaded, preset):
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_presets_on_the_dumped_rows_are_what_a_recomputation_gives_not_what_was_trained(loaded, preset):
     table, _, rows = loaded
-    values = rollaudit.recompute(table, [preset], device="cpu").column(0).to_numpy()
+    # Every dumped row, the groups torchtitan did not train among them (a preset gives those none otherwise).
+    every_row = table.drop_columns(["not_trained"])
+    values = rollaudit.recompute(every_row, [preset], device="cpu").column(0).to_numpy()
+    trained = rollaudit.recompute(table, [preset], device="cpu").column(0).to_numpy()
+    left_out = np.array([reason is not None for reason in table.column("not_trained").to_pylist()])
+    assert np.isnan(trained[left_out]).all() and np.array_equal(trained[~left_out], values[~left_out])
     column = f"tt_{PRESETS[preset]}_dumped"
     worst = assert_matches(f"torchtitan: {preset} = {column}", values, rows[column], tolerance=1e-12)
     assert worst <= 2.3e-16
@@ -151,5 +157,19 @@ def test_recorded_values_are_consistent_with_drgrpo_on_every_group(loaded):
 def test_compare_on_the_run_directory(loaded):
     report = compare_json(corpus("torchtitan") / RUN)
     assert report["load"]["format"] == "torchtitan"
-    assert report["info"]["samples"] == 50 and report["info"]["prompts"] == 25
+    # 25 groups and 50 training rows, 6 validation lines left out; 7 groups (14 rows) not trained, counted apart.
+    found = report["info"]["found"][LABEL]
+    assert (found["training groups"], found["training rows (a rollout each)"]) == (25, 50)
+    assert found["validation lines left out"] == 6
+    assert sorted((entry["groups"], entry["rows"]) for entry in report["info"]["not_trained"]) == [(2, 4), (5, 10)]
+    assert report["info"]["samples"] == 36 and report["info"]["prompts"] == 18
     assert report["info"]["step_values"] == [1, 2, 3, 4]
+    # The run's scheme from its recorded values' consistency; nothing recomputed from the dumped rows audited.
+    trained = report["trained_with"]
+    assert (trained["scheme"], trained["evidence"], trained["row"]) == ("torchtitan-drgrpo", "recorded", None)
+    assert "consistent with it on every one of the 18 groups" in trained["why"]
+    partial = report["info"]["partial_groups"]
+    assert (partial["whole"], partial["groups"], partial["partial_groups"]) == (False, 18, 18)
+    assert report["summary"] == {} and report["schemes"] == []
+    for scheme in ("prompt", "trajectory", "torchtitan-drgrpo"):
+        assert "shown to be part of their group" in report["not_auditable"][scheme]

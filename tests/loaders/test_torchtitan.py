@@ -44,7 +44,9 @@ def _oracle(processes: list[list[gen.Event]], k: int, log_tensors: bool) -> dict
     """What the loader should give, from the groups the recorder was handed: the picked rows in file order, each
     with its key, recorded advantage and the reason the dump shows for not training it."""
     rows, validation = [], 0
-    for process, events in enumerate(processes):
+    # A process that recorded no training group (every group lost) leaves validation lines only: no segment.
+    trained = [events for events in processes if any(not event.is_validation for event in events)]
+    for process, events in enumerate(trained):
         for event in events:
             picked = gen.keep_extremes(event.groups, k)
             if event.is_validation:
@@ -69,7 +71,14 @@ def _oracle(processes: list[list[gen.Event]], k: int, log_tensors: bool) -> dict
                         "newest": max(newest) if newest else None,
                     }
                 )
-    return {"rows": rows, "validation": validation}
+    validation += sum(
+        len(gen.keep_extremes(event.groups, k))
+        for events in processes
+        if events not in trained
+        for event in events
+        if event.is_validation
+    )
+    return {"rows": rows, "validation": validation, "segments": len(trained)}
 
 
 def _check_against_oracle(table, oracle: dict, processes: int) -> None:
@@ -83,7 +92,8 @@ def _check_against_oracle(table, oracle: dict, processes: int) -> None:
     assert np.array_equal(frame["recorded_advantage"].to_numpy(), [row["recorded_advantage"] for row in rows])
     counts = found_in(table)[LABEL]
     assert counts.get("validation lines left out", 0) == oracle["validation"]
-    assert counts.get("segments (process lifetimes)", 1 if processes == 1 else 0) == (processes if processes > 1 else 1)
+    segments = oracle["segments"]
+    assert counts.get("segments (process lifetimes)", 0) == (segments if segments > 1 else 0)
     assert counts["training groups"] == len({row["prompt"] for row in rows})
     # One step per group; within a segment the step is the bound from the newest policy version (a later segment
     # may be moved later by one offset), and a later segment's steps come after an earlier one's.
@@ -92,7 +102,7 @@ def _check_against_oracle(table, oracle: dict, processes: int) -> None:
     bound = frame.groupby("prompt")["newest"].transform("max") + 1
     assert (frame.groupby("prompt")["step"].nunique() == 1).all()
     highest = -1
-    for segment in range(processes):
+    for segment in range(segments):
         inside = frame["segment"] == segment
         known = inside & bound.notna()
         offsets = set((frame["step"][known] - bound[known]).astype(int).tolist())
@@ -150,9 +160,13 @@ def test_groups_kept_whole_reproduce_the_recorded_values_elementwise(tmp_path, s
         table, [preset, f"torchtitan-drgrpo(scale={'std' if should_std_normalize else 'none'})", other]
     )
     recorded = table.column("recorded_advantage").to_numpy()
-    assert np.abs(values.column(0).to_numpy() - recorded).max() <= 4.5e-16
-    assert np.abs(values.column(1).to_numpy() - recorded).max() <= 4.5e-16
-    assert np.abs(values.column(2).to_numpy() - recorded).max() > 1e-3  # the other option does not fit
+    # Groups torchtitan did not train (constant, untrainable) get no advantage from a preset either.
+    trained = np.array([reason is None for reason in table.column(NOT_TRAINED).to_pylist()])
+    assert 0 < trained.sum() < len(trained)
+    assert np.isnan(values.column(0).to_numpy()[~trained]).all()
+    assert np.abs(values.column(0).to_numpy() - recorded)[trained].max() <= 4.5e-16
+    assert np.abs(values.column(1).to_numpy() - recorded)[trained].max() <= 4.5e-16
+    assert np.abs(values.column(2).to_numpy() - recorded)[trained].max() > 1e-3  # the other option does not fit
     # Tokens are logged: the response length is the rollout's completion tokens, summed over its turns.
     assert table.column("response_length").null_count == 0
 

@@ -113,6 +113,10 @@ PARTIAL_WHY = (
     "and k highest-reward siblings, k=1 by default); the recorded advantages cover the whole group"
 )
 NO_STEP = "the dump has no step field and no policy version (no group has a recorded turn)"
+STEP_BOUND = (
+    "the dump has no step field: the turns' policy versions bound a group's step from below only, so the batch a "
+    "group trained in is not known"
+)
 CANNOT_AUDIT = (
     "the group size and the recorder filter's k: KeepExtremeRewardsFilter (k=1 by default) writes each group's "
     "lowest- and highest-reward siblings, while the recorded advantages cover every sibling",
@@ -536,8 +540,9 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         piece = with_found(piece, {LABEL: found}, notes)
         piece = with_facts(
             piece,
-            partial_groups={"why": PARTIAL_WHY, "kept": facts["kept"]},
-            no_step=NO_STEP if facts.get("no_step") else None,
+            partial_groups={"why": PARTIAL_WHY, "kept": facts["kept"], "sibling": "rollout_id"},
+            # A bound gathers the groups of one bound, not a trained batch: batch-wide schemes are as unknown.
+            no_step=NO_STEP if facts.get("no_step") else STEP_BOUND if not facts["older"] else None,
         )
         result.append(with_trained_default(piece, *DEFAULT))
     return result
