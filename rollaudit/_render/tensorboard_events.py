@@ -173,9 +173,7 @@ class EventFile:
         for tag, number in step.scalars.items():
             value = summary_pb2.Summary.Value(
                 tag=tag,
-                tensor=tensor_pb2.TensorProto(
-                    dtype=types_pb2.DT_FLOAT, tensor_shape=scalar_shape, float_val=[number]
-                ),
+                tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=scalar_shape, float_val=[number]),
             )
             if tag not in self._described:
                 value.metadata.CopyFrom(scalar_metadata.create_summary_metadata(display_name="", description=""))

@@ -18,7 +18,6 @@ holds the audit alone.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -96,8 +95,11 @@ def _new_id() -> str:
 
 
 def check_installed() -> None:
-    if importlib.util.find_spec("wandb") is None:
-        raise UsageError("--wandb needs the wandb package", expected=INSTALL)
+    """That wandb imports, before any work (its import takes a second: paid only with ``--wandb``)."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError as error:
+        raise UsageError(f"--wandb needs the wandb package ({error})", expected=INSTALL) from None
 
 
 class WandbRun:

@@ -272,3 +272,75 @@ def test_scheme_strings_become_tags_that_match_themselves_in_a_filter(tmp_path: 
     }  # fmt: skip
     # The filter box of TensorBoard's UI is a regular expression: each part, typed there, matches itself.
     assert all(re.search(part, f"rollaudit/{part}/nonzero") for part in parts)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def served_scalars(logdir: Path, tags: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """The scalars as TensorBoard's own server shows them to its UI (its Rust data server, ``--load_fast=true``)."""
+    import urllib.parse
+    import urllib.request
+
+    pytest.importorskip("tensorboard_data_server")
+    port = _free_port()
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--load_fast=true"]
+    server = subprocess.Popen(
+        [*command, "--host", "127.0.0.1", "--port", str(port), "--reload_interval", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}/data/plugin/scalars"
+
+    def get(path: str) -> object:
+        with urllib.request.urlopen(base + path, timeout=5) as response:
+            return json.loads(response.read())
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                listed = get("/tags")
+                if isinstance(listed, dict) and set(tags) <= set(listed.get(".", {})):
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"TensorBoard's server did not list the tags (exit status {server.poll()})")
+            time.sleep(0.5)
+        queries = {tag: "/scalars?" + urllib.parse.urlencode({"run": ".", "tag": tag}) for tag in tags}
+        return {tag: [(step, value) for _, step, value in get(query)] for tag, query in queries.items()}
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
+def test_tensorboard_s_own_server_shows_the_curves_and_the_newer_audit_of_a_step_audited_again(tmp_path: Path) -> None:
+    """The slime train dump lands after its rollout dump: the watch started again audits step 0 again (its files
+    changed) and writes it again; TensorBoard's server shows the newer audit (a step written again replaces the
+    earlier point), with the run's own recorded row as ``trained``."""
+    run_dir, records, board = tmp_path / "run", tmp_path / "audit.jsonl", tmp_path / "tb"
+    (run_dir / "rollout_data").mkdir(parents=True)
+    shutil.copy(SAMPLES / "dump_details" / "rollout_data" / "0.pt", run_dir / "rollout_data")
+    assert watch(run_dir, records, board).exit_code == 0
+    shutil.copytree(SAMPLES / "dump_details" / "train_data", run_dir / "train_data")
+    assert watch(run_dir, records, board).exit_code == 0
+    first, second = (json.loads(line) for line in records.read_text().splitlines())
+    assert second["replaces"] is True and second["trained_with"]["row"] == "recorded"
+    _, written, texts = tensorboard_events(board)
+    assert written[(0, "rollaudit/batch/nonzero")] == 2  # once per audit of the step
+    tags = ["rollaudit/batch/sign_flip_rate", "rollaudit/trained/spurious_nonzero", NO_SIGNAL]
+    served = served_scalars(board, tags)
+    assert served["rollaudit/batch/sign_flip_rate"] == [
+        (0, float(np.float32(second["summary"]["batch"]["sign_flip_rate"])))
+    ]
+    assert served["rollaudit/trained/spurious_nonzero"] == [(0, second["summary"]["recorded"]["spurious_nonzero"])]
+    assert [step for step, _ in served[NO_SIGNAL]] == [0]
+    assert texts[(0, SCHEME)] == "batch (recorded)"
+    assert first["trained_with"]["evidence"] != "recorded"
