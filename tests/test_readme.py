@@ -46,3 +46,19 @@ def test_the_block_parser_joins_continued_commands_and_splits_outputs():
     (block,) = readme_examples.blocks(lines)
     assert [command.text for command in block.commands] == ["echo a \\\n    b", "echo c"]
     assert [(command.first, command.end) for command in block.commands] == [(3, 4), (5, 6)]
+
+
+def test_ci_runs_the_readme_s_test_command() -> None:
+    """The README's second command (set up a machine and run the tests) is what ``.ci/run`` runs, extras included,
+    so that the tests CI runs are those a user runs."""
+    text = readme_examples.README.read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(python3 -m venv .*?)\n```", text)
+    assert len(commands) >= 2, commands
+    readme_steps = [step.strip() for step in commands[1].split("&&")]
+    ci_lines = (readme_examples.ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    ci_steps = [step.strip().replace("pip install -q ", "pip install ") for step in ci_lines[-1].split("&&")]
+    assert readme_steps[:2] == ["python3 -m venv .venv", ". .venv/bin/activate"]
+    assert readme_steps[2] == "python -m pip install torch==2.13.0"
+    assert any(line.endswith("|| python -m pip install -q torch==2.13.0") for line in ci_lines)
+    assert readme_steps[3:] == ci_steps
+    assert "tensorboard" in ci_steps[0] and "wandb" in ci_steps[0]
