@@ -515,9 +515,12 @@ DASHBOARDS = OptionGroup(
             metavar="DIR",
             show_default=False,
             help=(
-                "Also write each step's metrics as TensorBoard scalars (tags rollaudit/<row>/<metric>, <row> "
-                "'trained' for the run's own) into an event file in DIR, e.g. the trainer's log directory. "
-                "Needs rollaudit[tensorboard]."
+                "Also write each step's metrics as TensorBoard scalars into a new event file in DIR (e.g. the "
+                "trainer's log directory), at the dump's steps. Tags: rollaudit/<row>/<metric>, <row> 'trained' for "
+                "the run's own advantages, else the scheme without spaces and with each character but letters, "
+                "digits and -_.= made _ (slime-legacy(n=8): slime-legacy_n=8), <metric> its --json name; "
+                "rollaudit/data/no_signal_prompt_share (the share of prompts without learning signal); the text "
+                "rollaudit/trained/scheme (the run's scheme, where it changes). Needs rollaudit[tensorboard]."
             ),
         ),
         _option(
@@ -527,9 +530,9 @@ DASHBOARDS = OptionGroup(
             metavar="PROJECT",
             show_default=False,
             help=(
-                "Also log each step's metrics to a W&B run of rollaudit's own in PROJECT (the trainer's: the runs "
-                "overlay), never the trainer's run; WANDB_MODE, WANDB_ENTITY, WANDB_DIR are honoured. Needs "
-                "rollaudit[wandb]."
+                "Also log each step's metrics, as --tensorboard names them, to a W&B run of rollaudit's own (job "
+                "type rollaudit) in PROJECT (the trainer's: the runs overlay), at the dump's steps; never the "
+                "trainer's run. WANDB_MODE, WANDB_ENTITY, WANDB_DIR are honoured. Needs rollaudit[wandb]."
             ),
         ),
         _option(
