@@ -86,6 +86,15 @@ def check_wandb_directory() -> Path:
     return root
 
 
+def _cleaned(value: Any) -> Any:
+    """A config value with its text (a scheme string, a path) as :func:`clean_label` leaves it."""
+    if isinstance(value, str):
+        return clean_label(value)
+    if isinstance(value, (list, tuple)):
+        return [_cleaned(item) for item in value]
+    return value
+
+
 def _new_id() -> str:
     """A run id of W&B's form (8 of ``[a-z0-9]``), new: never the trainer's ``WANDB_RUN_ID``."""
     import secrets
@@ -116,7 +125,7 @@ class WandbRun:
         check_installed()
         self.project = check_project(project)
         self.group = clean_label(group, MAX_NAME) or "rollaudit"
-        self.config = {key: clean_label(value) if isinstance(value, str) else value for key, value in config.items()}
+        self.config = {key: _cleaned(value) for key, value in config.items()}
         self.root = check_wandb_directory()
         self.on_start = on_start
         self.last_step: int | None = None

@@ -102,6 +102,12 @@ def test_offline_history_read_back_equals_the_json(tmp_path: Path, dump: Path) -
     (run,) = wandb_offline_runs(sandbox.wandb_dir)
     assert (run.project, run.group, run.job_type) == (PROJECT, dump.name, "rollaudit")
     assert run.name == f"rollaudit {dump.name}"
+    assert {key: run.config[key] for key in ("command", "reference", "schemes")} == {
+        "command": "compare",
+        "reference": "prompt",
+        "schemes": ["batch", "prompt", "trajectory"],
+    }
+    assert run.config["rollaudit_version"] == rollaudit.__version__
     assert [row["_step"] for row in run.history] == sorted(int(step) for step in document["per_step"])
     expected = expected_history(document)
     shares = no_signal_shares(dump)
