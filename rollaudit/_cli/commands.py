@@ -328,7 +328,12 @@ def gate(
     baseline_path = prepare_output(write_baseline_file) if write_baseline_file is not None else None
     from .dashboards import open_dashboards
 
-    config_items = {"command": "gate", "reference": config.reference_name, "schemes": list(config.schemes or ())}
+    config_items = {
+        "command": "gate",
+        "reference": config.reference_name,
+        "schemes": list(config.schemes or ()),
+        "trained_with": config.trained_with,
+    }
     boards = open_dashboards(dashboards, inputs=inputs, config=config_items, quiet=quiet)
     table = load_inputs(inputs, load, quiet=quiet).table
     with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):

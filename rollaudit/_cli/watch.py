@@ -152,7 +152,12 @@ def watch(
         raise UsageError("--fail-fast needs a rule", expected="--max/--min SCHEME:METRIC=LIMIT, --require, ...")
     from .dashboards import open_dashboards
 
-    config_items = {"command": "watch", "reference": config.reference_name, "schemes": names}
+    config_items = {
+        "command": "watch",
+        "reference": config.reference_name,
+        "schemes": names,
+        "trained_with": config.trained_with,
+    }
     boards = open_dashboards(dashboards, inputs=[run_dir], config=config_items)  # checked before any file is made
     records = _RecordFile(jsonl) if jsonl is not None else None
     points = [StepPoint.of(record) for record in (records.records if records else ())]

@@ -244,3 +244,33 @@ def test_option_mistakes_are_one_line(tmp_path: Path) -> None:
         assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
         assert "is not a W&B project name" in bad.stderr
     assert not sandbox.wandb_dir.exists()
+
+
+def test_ctrl_c_loses_no_step_already_audited(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sandbox = Sandbox(tmp_path)
+    run_dir, records = tmp_path / "run", tmp_path / "audit.jsonl"
+    shutil.copytree(VERL, run_dir)
+    command = [sys.executable, "-m", "rollaudit", "watch", str(run_dir), "--no-cache", "--jsonl", str(records)]
+    process = subprocess.Popen(
+        [*command, "--wandb", PROJECT],
+        cwd=sandbox.cwd,
+        env=sandbox.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if records.exists() and len(records.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    (run,) = wandb_offline_runs(sandbox.wandb_dir)
+    assert [row["_step"] for row in run.history] == [1, 2]
