@@ -27,10 +27,12 @@ from .io import (
     write_text,
 )
 from .options import (
+    DASHBOARDS,
     GATE_RULES,
     LOAD,
     CompareFormat,
     ConfigFile,
+    DashboardOptions,
     Device,
     DeviceOption,
     GateRules,
@@ -49,6 +51,7 @@ from .options import (
 # What the LOAD group's options make when none is given; the signature typer reads has the options instead.
 DEFAULT_LOAD = LoadOptions()
 DEFAULT_RULES: GateRules = {}
+DEFAULT_DASHBOARDS = DashboardOptions()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -57,6 +60,7 @@ DEFAULT_RULES: GateRules = {}
 
 @app.command()
 @LOAD
+@DASHBOARDS
 def compare(
     inputs: Inputs,
     schemes: Schemes = None,
@@ -94,6 +98,7 @@ def compare(
     ] = 5,
     steps: Steps = None,
     prompt: PromptKey = None,
+    dashboards: DashboardOptions = DEFAULT_DASHBOARDS,  # replaced by the DASHBOARDS group's options
     quiet: Quiet = False,
 ) -> None:
     """Recompute advantages under several schemes and show how far each is from the reference.
@@ -107,6 +112,7 @@ def compare(
       rollaudit compare dump.pt -s 'batch,verl-grpo' -r prompt  # framework presets against GRPO
       rollaudit compare run/ --markdown -o report.md --html report.html --plot figures/
       rollaudit compare run/ --steps 10-20,30 --prompt 17         # some steps; one prompt's samples
+      rollaudit compare run/ --tensorboard run/tb --wandb my-project  # per-step curves beside the trainer's
     """
     chosen = compare_format(output_format, as_json=as_json, as_markdown=as_markdown)
     from .._output import prepare_output
@@ -123,6 +129,10 @@ def compare(
         rollaudit.get_scheme(trained_with)
     if steps is not None:
         rollaudit.parse_steps(steps)  # a typo is named before anything is loaded
+    from .dashboards import open_dashboards
+
+    config = {"command": "compare", "reference": reference, "schemes": names, "trained_with": trained_with}
+    boards = open_dashboards(dashboards, inputs=inputs, config=config, quiet=quiet)
     loaded = load_inputs(inputs, load, quiet=quiet)
     table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
     if prompt is not None:
@@ -160,6 +170,9 @@ def compare(
 
         for path in write_plots(report, plot_directory):
             echo_status(f"wrote {path}", quiet)
+    if boards is not None:
+        with boards:
+            boards.write_report(report)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -257,6 +270,7 @@ def convert(
 @app.command()
 @LOAD
 @GATE_RULES
+@DASHBOARDS
 def gate(
     inputs: Inputs,
     rules: GateRules = DEFAULT_RULES,  # replaced by the GATE_RULES group's options
@@ -281,6 +295,7 @@ def gate(
     ] = None,
     load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     device: DeviceOption = Device.auto,
+    dashboards: DashboardOptions = DEFAULT_DASHBOARDS,  # replaced by the DASHBOARDS group's options
     quiet: Quiet = False,
 ) -> None:
     """Check rules on the dumps' advantages: exit 0 when all hold, 1 when any fails, 2 on a usage or input error.
@@ -311,6 +326,15 @@ def gate(
     require_rules(config, writing_baseline=write_baseline_file is not None)
     junit_path = prepare_output(junit) if junit is not None else None
     baseline_path = prepare_output(write_baseline_file) if write_baseline_file is not None else None
+    from .dashboards import open_dashboards
+
+    config_items = {
+        "command": "gate",
+        "reference": config.reference_name,
+        "schemes": list(config.schemes or ()),
+        "trained_with": config.trained_with,
+    }
+    boards = open_dashboards(dashboards, inputs=inputs, config=config_items, quiet=quiet)
     table = load_inputs(inputs, load, quiet=quiet).table
     with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
         result = run_gate(table, config, device.value)
@@ -330,4 +354,10 @@ def gate(
         write_text(junit_xml(result), junit_path, quiet)
     # Annotations go to stdout, where GitHub reads workflow commands, unless stdout holds the JSON document.
     emit_github(result, stream=sys.stderr if as_json else None)
+    if boards is not None:
+        with boards:
+            if result.report is not None:
+                boards.write_report(result.report)
+            else:
+                echo_line("warning: nothing written to the dashboards: the audit could not run", err=True)
     result.raise_for_failures()

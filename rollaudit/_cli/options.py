@@ -482,3 +482,68 @@ GATE_RULES = OptionGroup(
     build=_gate_rules,
 )
 """``rollaudit gate``'s rules: given to the command as one dict of :func:`rollaudit.gate_config` keywords."""
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    """Where the audit's per-step scalars go besides the report: ``--tensorboard DIR``, ``--wandb PROJECT`` and
+    ``--wandb-group GROUP`` (default: the run directory's name)."""
+
+    tensorboard: Path | None = None
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.tensorboard is not None or self.wandb_project is not None
+
+
+def _dashboard_options(values: Mapping[str, Any]) -> DashboardOptions:
+    options = DashboardOptions(**values)
+    if options.wandb_group is not None and options.wandb_project is None:
+        raise UsageError("--wandb-group needs --wandb", expected="--wandb PROJECT --wandb-group GROUP")
+    return options
+
+
+DASHBOARDS = OptionGroup(
+    parameter="dashboards",
+    options=(
+        _option(
+            "tensorboard",
+            Path | None,
+            "--tensorboard",
+            metavar="DIR",
+            show_default=False,
+            help=(
+                "Also write each step's metrics as TensorBoard scalars into a new event file in DIR (e.g. the "
+                "trainer's log directory), at the dump's steps. Tags: rollaudit/<row>/<metric>, <row> 'trained' for "
+                "the run's own advantages, else the scheme without spaces and with each character but letters, "
+                "digits and -_.= made _ (slime-legacy(n=8): slime-legacy_n=8), <metric> its --json name; "
+                "rollaudit/data/no_signal_prompt_share (the share of prompts without learning signal); the text "
+                "rollaudit/trained/scheme (the run's scheme, where it changes). Needs rollaudit[tensorboard]."
+            ),
+        ),
+        _option(
+            "wandb_project",
+            str | None,
+            "--wandb",
+            metavar="PROJECT",
+            show_default=False,
+            help=(
+                "Also log each step's metrics, as --tensorboard names them, to a W&B run of rollaudit's own (job "
+                "type rollaudit) in PROJECT (the trainer's: the runs overlay), at the dump's steps; never the "
+                "trainer's run. WANDB_MODE, WANDB_ENTITY, WANDB_DIR are honoured. Needs rollaudit[wandb]."
+            ),
+        ),
+        _option(
+            "wandb_group",
+            str | None,
+            "--wandb-group",
+            metavar="GROUP",
+            show_default=False,
+            help="The W&B group of the run (default: the run directory's name).",
+        ),
+    ),
+    build=_dashboard_options,
+)
+"""The dashboards a command writes the audit's per-step scalars to: one ``dashboards: DashboardOptions``."""

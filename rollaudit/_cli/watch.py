@@ -19,10 +19,22 @@ from .._errors import GateFailed, UsageError
 from .._loaders.options import LoadOptions
 from .app import Terminated, app
 from .io import echo_line
-from .options import GATE_RULES, LOAD, ConfigFile, Device, DeviceOption, GateRules, HtmlFile, scheme_strings
+from .options import (
+    DASHBOARDS,
+    GATE_RULES,
+    LOAD,
+    ConfigFile,
+    DashboardOptions,
+    Device,
+    DeviceOption,
+    GateRules,
+    HtmlFile,
+    scheme_strings,
+)
 
 DEFAULT_LOAD = LoadOptions()
 DEFAULT_RULES: GateRules = {}
+DEFAULT_DASHBOARDS = DashboardOptions()
 MAX_RECORDS_BYTES = 1 << 30
 """A ``--jsonl`` file read back to resume is at most this big (a record is a few KB: a million steps)."""
 
@@ -75,6 +87,7 @@ class _RecordFile:
 @app.command()
 @LOAD
 @GATE_RULES
+@DASHBOARDS
 def watch(
     run_dir: Annotated[
         Path,
@@ -109,6 +122,7 @@ def watch(
     ] = None,
     load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     device: DeviceOption = Device.auto,
+    dashboards: DashboardOptions = DEFAULT_DASHBOARDS,  # replaced by the DASHBOARDS group's options
 ) -> int:
     """Follow a run directory while it trains: audit each step once its dump is whole, a line per step.
 
@@ -121,6 +135,7 @@ def watch(
     \b
       rollaudit watch run/ --max trained:strict_flip_rate=0 --jsonl audit.jsonl --html audit.html
       rollaudit watch run/ --max trained:strict_flip_rate=0 --fail-fast || kill "$TRAINER_PID"
+      rollaudit watch run/ --jsonl audit.jsonl --tensorboard run/tb --wandb my-project
     """
     import rollaudit
 
@@ -135,8 +150,19 @@ def watch(
         check_writable(html_file)
     if fail_fast and not config.has_rules:
         raise UsageError("--fail-fast needs a rule", expected="--max/--min SCHEME:METRIC=LIMIT, --require, ...")
+    from .dashboards import open_dashboards
+
+    config_items = {
+        "command": "watch",
+        "reference": config.reference_name,
+        "schemes": names,
+        "trained_with": config.trained_with,
+    }
+    boards = open_dashboards(dashboards, inputs=[run_dir], config=config_items)  # checked before any file is made
     records = _RecordFile(jsonl) if jsonl is not None else None
     points = [StepPoint.of(record) for record in (records.records if records else ())]
+    if boards is not None and records is not None:
+        boards.resume(records.records)
     run = str(run_dir)
     how = "stopped"
     try:
@@ -156,6 +182,8 @@ def watch(
             points.append(point)
             if records is not None:
                 records.append(document)
+            if boards is not None and record.report is not None and record.step is not None:
+                boards.write_report(record.report)
             echo_line(step_line(point, record.files))
             if html_file is not None:
                 write_atomic(html_file, render_watch_html(points, run, "running"))
@@ -168,6 +196,8 @@ def watch(
     finally:
         if records is not None:
             records.close()
+        if boards is not None:
+            boards.close()
     if html_file is not None:
         write_atomic(html_file, render_watch_html(points, run, how))
     for line in summary_lines(points, how):
