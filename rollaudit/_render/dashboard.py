@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._audit.metric_names import METRICS
+from .._audit.trained import parts_phrase
 
 if TYPE_CHECKING:
     from .._audit.report import Report
@@ -87,12 +88,20 @@ def scheme_text(scheme: str | None, evidence: str | None) -> str:
 
 
 def scheme_changes(report: Report) -> list[tuple[int, str]]:
-    """The run's own scheme, as text, at each step where it changes: ``[(step, text)]``. A report names one scheme
-    for all its steps, said at its first step."""
+    """The run's own scheme, as text, at each step where it changes: ``[(step, text)]``: each step range's at its
+    first step where the run changed scheme between steps; else the run's scheme (or its scheme per environment)
+    at its first step."""
     steps = report.per_step.index.get_level_values(0)
     if len(steps) == 0:
         return []
     trained = report.trained_with
+    if trained.changed and all(part.where is None for part in trained.parts):
+        return [
+            (part.steps[0], scheme_text(part.scheme or ("undetermined" if part.undetermined else None), part.evidence))
+            for part in trained.parts
+        ]
+    if trained.changed:
+        return [(int(steps.min()), clean_label(f"{parts_phrase(trained.parts)} ({trained.evidence})"))]
     return [(int(steps.min()), scheme_text(trained.scheme, trained.evidence))]
 
 

@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -89,9 +90,15 @@ def assert_matches_json(directory: Path, document: dict, dump: Path) -> tuple[in
     assert {key[0]: value for key, value in scalars.items() if key[1] == NO_SIGNAL} == no_signal_oracle(dump)
     trained = document["trained_with"]
     first = min(int(step) for step in document["per_step"])
-    scheme = trained["scheme"] or ("no preset matches" if trained["evidence"] == "recorded" else "unknown")
-    said = f"{scheme} ({trained['evidence']})" if trained["evidence"] != "unknown" else scheme
-    assert texts == {(first, SCHEME): said}
+    if len(trained["parts"]) > 1:
+        # A scheme per environment: one text at the first step naming each env's scheme.
+        ((at, tag),) = texts
+        assert (at, tag) == (first, SCHEME)
+        assert all(part["where"] in texts[at, tag] and part["scheme"] in texts[at, tag] for part in trained["parts"])
+    else:
+        scheme = trained["scheme"] or ("no preset matches" if trained["evidence"] == "recorded" else "unknown")
+        said = f"{scheme} ({trained['evidence']})" if trained["evidence"] != "unknown" else scheme
+        assert texts == {(first, SCHEME): said}
     assert all(TAG.match(tag) for _, tag in scalars)
     # TensorBoard's accumulator (what its Python loader serves) sees the same points.
     accumulated = tensorboard_accumulated(directory)
@@ -344,3 +351,15 @@ def test_tensorboard_s_own_server_shows_the_curves_and_the_newer_audit_of_a_step
     assert [step for step, _ in served[NO_SIGNAL]] == [0]
     assert texts[(0, SCHEME)] == "batch (recorded)"
     assert first["trained_with"]["evidence"] != "recorded"
+
+
+def test_a_run_that_changed_scheme_writes_each_part_s_scheme_where_it_starts(tmp_path: Path) -> None:
+    from tests.audit.test_parts import _run
+
+    path = tmp_path / "run.parquet"
+    pq.write_table(_run(["batch"] * 3 + ["prompt"] * 3), path)
+    board = tmp_path / "tb"
+    result = run("compare", path, "--no-cache", "--tensorboard", board)
+    assert result.exit_code == 0, result.output
+    _, _, texts = tensorboard_events(board)
+    assert texts == {(1, SCHEME): "batch (recorded)", (4, SCHEME): "prompt (recorded)"}
