@@ -28,7 +28,6 @@ HEAD_BYTES = 1 << 16
 # pyarrow parses JSON in blocks that must hold whole lines; verl lines carry whole decoded trajectories.
 _JSON_BLOCK_BYTES = 1 << 24
 _MAX_BLOCK_BYTES = (1 << 31) - 1
-_FIRST_LINE_LIMIT = 1 << 22  # a verl line holds a whole decoded prompt and response: allow 4 MiB
 _MESSAGE_CHARS = 160
 # A real table spends at least a byte a row (rewards, positions, keys); a hostile one can spend a bit per billion.
 _ROWS_PER_BYTE = 16
@@ -69,15 +68,9 @@ def sniff(path: Path) -> str | None:
     if b"\x00" in text:
         return None
     if text.lstrip().startswith(b"{"):
-        line = _first_line(path)
-        if line is None:
-            return "jsonl"  # a first line longer than the sniff limit: the reader will judge it
-        try:
-            return "jsonl" if type(json.loads(line)) is dict else None
-        except RecursionError:
-            return "jsonl"  # an object too deep for Python's parser: the reader names the line and its depth
-        except ValueError:
-            return None
+        first = _first_object(path)
+        # A first line too long or too deep to parse here is JSON Lines for the reader to judge (naming the line).
+        return "jsonl" if first is _UNJUDGED or type(first) is dict else None
     if text.lstrip()[:1] in (b"[", b"{"):
         return None  # JSON that is not one object a line (a JSON array): no table rollaudit reads
     if csv_delimiter(text) is not None:
@@ -98,18 +91,24 @@ def _one_column_header(head: bytes) -> bool:
         return False
 
 
+MAX_JSON_LINE_BYTES = _MAX_BLOCK_BYTES
+"""Longest JSON line read: the first line is read whole to tell a file's format and fields, whatever its size (a
+verl line carries a whole decoded trajectory), up to the bound of what any reader can hold as one value."""
+_UNJUDGED = object()  # a first line longer than MAX_JSON_LINE_BYTES, or nested too deep for Python's parser
+_CACHED_LINE_BYTES = 1 << 20
+
+
 def _first_line(path: Path) -> bytes | None:
-    """The first non-blank line, or None when it is longer than the sniff limit."""
+    """The first non-blank line (of at most 64 lines), ``b""`` without one, None when it is longer than
+    ``MAX_JSON_LINE_BYTES``."""
     try:
         with open(path, "rb") as stream:
             for _ in range(64):
-                line = stream.readline(_FIRST_LINE_LIMIT)
+                line = stream.readline(MAX_JSON_LINE_BYTES + 1)
                 if not line:
                     return b""
                 if line.strip():
-                    if len(line) >= _FIRST_LINE_LIMIT and not line.endswith(b"\n"):
-                        return None
-                    return line.removeprefix(BOM)
+                    return None if len(line) > MAX_JSON_LINE_BYTES else line.removeprefix(BOM)
     except OSError:
         return b""
     return b""
@@ -118,21 +117,54 @@ def _first_line(path: Path) -> bytes | None:
 def first_json_object(path: Path) -> dict | None:
     """The first line of a JSON Lines file as a dict, or None when it is not one. Parsed once per file version:
     several formats' detectors ask for it (a copy each, so that none changes another's)."""
-    try:
-        stat = path.stat()
-    except OSError:
+    value = _first_object(path)
+    if type(value) is not dict:
         return None
-    value = _first_object(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     try:
-        return copy.deepcopy(value) if value is not None else None
+        return copy.deepcopy(value)
     except RecursionError:  # parsed, but too deep to copy: no dump's first record
         return None
 
 
+_last_long_line: tuple[tuple[str, int, int, int], Any] | None = None
+
+
+def _first_object(path: Path) -> Any:
+    """The value of the first line (None when it is not JSON, ``_UNJUDGED`` when it is too long or too deep to
+    parse here), cached per file version: small lines in a cache of many, one long line at a time (a verl line of
+    a whole trajectory can be tens of megabytes)."""
+    global _last_long_line
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    version = (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if stat.st_size <= _CACHED_LINE_BYTES:
+        return _first_small_object(*version)
+    if _last_long_line is not None and _last_long_line[0] == version:
+        return _last_long_line[1]
+    value = _first_value(path)
+    _last_long_line = (version, value)
+    return value
+
+
 @functools.lru_cache(maxsize=64)
-def _first_object(path: str, size: int, mtime_ns: int, inode: int) -> dict | None:
-    line = _first_line(Path(path))
-    return json_line_object(line) if line else None
+def _first_small_object(path: str, size: int, mtime_ns: int, inode: int) -> Any:
+    return _first_value(Path(path))
+
+
+def _first_value(path: Path) -> Any:
+    line = _first_line(path)
+    if line is None:
+        return _UNJUDGED
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except RecursionError:
+        return _UNJUDGED
+    except ValueError:
+        return None
 
 
 def json_line_object(line: bytes | str) -> dict | None:
@@ -507,7 +539,38 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
         ) from None
     except OSError as error:
         raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
-    return check_values(table, path)
+    return check_values(_exact_csv_integers(table, path, delimiter), path)
+
+
+_INTEGER_TEXT = r"^\s*[-+]?\d+\s*$"
+
+
+def _exact_csv_integers(table: pa.Table, path: Path, delimiter: str) -> pa.Table:
+    """``table``, with each column that pyarrow inferred as doubles because it holds integers past 64 bits read
+    again as their text: an id that large is a key compared exactly, never its nearest double (numeric uses read
+    the text as a number again)."""
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+
+    past = [
+        name
+        for name, column in zip(table.column_names, table.columns, strict=True)
+        if pa.types.is_floating(column.type) and pc.any(pc.greater_equal(pc.abs(column), 2.0**63)).as_py()
+    ]
+    if not past:
+        return table
+    texts = pa_csv.read_csv(
+        path,
+        parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+        convert_options=pa_csv.ConvertOptions(
+            strings_can_be_null=True, include_columns=past, column_types={name: pa.string() for name in past}
+        ),
+    )
+    for name in past:
+        text = texts.column(name)
+        if pc.all(pc.match_substring_regex(text, _INTEGER_TEXT)).as_py():
+            table = table.set_column(table.column_names.index(name), name, pc.utf8_trim_whitespace(text))
+    return table
 
 
 def _locate_csv_problem(path: Path, delimiter: str) -> str | None:
