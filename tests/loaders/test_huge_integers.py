@@ -128,3 +128,26 @@ def test_a_library_table_with_uint64_keys_and_steps(tmp_path: Path):
     steps = pa.table({**base, "step": pa.array([1, 2**64 - 1], pa.uint64())})
     with pytest.raises(InputError, match="field 'step': row 2:"):
         validate_table(steps)
+
+
+def test_json_lines_prompt_ids_past_64_bits_name_field_and_row(tmp_path: Path):
+    """Once "row 0" (a row that does not exist). A generic JSON Lines table's types are inferred by pyarrow's
+    reader, which holds such ids as doubles: refused, naming the first row past int64."""
+    path = _write_jsonl(tmp_path / "ids.jsonl", _rows([1] * 4, [5, 5, BIG, BIG]))
+    line = _refused(path)
+    assert "field 'prompt': row 3:" in line and "past 64 bits" in line, line
+
+
+def test_json_lines_int_fields_past_64_bits_name_field_and_line(tmp_path: Path):
+    """A format whose fields are typed by its schema (open-instruct's prompt_idx is an int64): one line naming the
+    field, its line and the exact value, never a wrapped or rounded id."""
+    sample = Path(__file__).resolve().parents[2] / "sample_dumps" / "open_instruct" / "rollouts"
+    lines = (sample / "demo_rollouts_000000.jsonl").read_text().splitlines()
+    record = json.loads(lines[1])
+    record["prompt_idx"] = BIG
+    lines[1] = json.dumps(record)
+    path = tmp_path / "rollouts" / "demo_rollouts_000000.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    line = _refused(path)
+    assert f"field 'prompt_idx': line 2 has 'prompt_idx' = {BIG}, an integer past 64 bits" in line, line

@@ -220,54 +220,6 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if type(value) is bool:
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
-
-
-_KIND_OF_TYPE = {"double": "number", "int64": "number", "string": "string", "bool": "boolean"}
-
-
-def _locate_json_problem(path: Path, field: str | None, expected_kind: str | None) -> str | None:
-    """The first line that explains a pyarrow JSON error (read again in Python: only on the error path)."""
-    seen_kind = expected_kind
-    with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, 1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw)
-            except RecursionError:
-                return f"line {number} nests JSON too deeply to read"
-            except json.JSONDecodeError as error:
-                return f"line {number} is not valid JSON: {error.msg.removesuffix(' at')} (column {error.colno})"
-            except ValueError:
-                return f"line {number} is not valid JSON: not UTF-8 text"
-            if type(value) is not dict:
-                return f"line {number} is {_a(_json_kind(value))}, not a JSON object"
-            if field is None or value.get(field) is None:
-                continue
-            kind = _json_kind(value[field])
-            if seen_kind is None:
-                seen_kind = kind
-            elif kind != seen_kind:
-                return f"line {number} has {field!r} as {_a(kind)} where {_a(seen_kind)} was expected"
-    return None
-
-
 # A line whose first character (after blanks) does not open an object. JSON text holds no raw newline, so lines are
 # exactly the values; the pattern starts with a literal newline, which the regex engine finds at memchr speed.
 _NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*+[^{ \t\r\n]")
@@ -310,6 +262,8 @@ def _check_objects(path: Path) -> None:
         return
     if line is None:
         return
+    from .json_lines import _locate_json_problem
+
     located = _locate_json_problem(path, None, None)
     raise InputError(
         located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
@@ -438,35 +392,7 @@ def _most_per_line(chunks: Iterable[Any], count: Callable[[Any, Any], Any]) -> i
     return most
 
 
-def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
-    """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field."""
-    import pyarrow.json as pa_json
-
-    check_json_depth(path)
-    _check_objects(path)
-    parse_options = (
-        pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        if schema is not None
-        else pa_json.ParseOptions()
-    )
-    block_size = _JSON_BLOCK_BYTES
-    while True:
-        try:
-            read_options = pa_json.ReadOptions(block_size=block_size)
-            table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
-        except pa.ArrowException as error:  # ArrowCapacityError too: a string column past 2 GiB
-            # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
-            if "straddl" in str(error) and block_size < path.stat().st_size:
-                block_size = min(block_size * 8, path.stat().st_size + 1, _MAX_BLOCK_BYTES)
-                if block_size > _JSON_BLOCK_BYTES:
-                    continue
-            raise json_error(path, error, schema) from None
-        except OSError as error:
-            raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
-        return check_values(table, path, json_lines=True)
-
-
-def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa.Table:
+def check_values(table: pa.Table, path: Path, *, locate: Callable[[], str | None] | None = None) -> pa.Table:
     """``table``, once every value is checked well-formed: pyarrow's JSON, Parquet and IPC readers pass on invalid
     UTF-8 (and an IPC file's offsets) as they are, and such a value would fail later, far from the file."""
     check_names(table.schema, path)
@@ -474,7 +400,7 @@ def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa
         try:
             column.validate(full=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-            located = _locate_json_problem(path, None, None) if json_lines else None
+            located = locate() if locate is not None else None  # the line of a JSON Lines file
             raise InputError(
                 located or f"holds damaged values: {short(error)}",
                 file=str(path),
@@ -504,19 +430,6 @@ def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
             raise InputError(f"two columns are named {name[:60]!r}", file=str(path), expected="one column per name")
         seen.add(name)
     return schema
-
-
-def json_error(path: Path, error: BaseException, schema: pa.Schema | None = None) -> InputError:
-    """One line for a pyarrow JSON error; its row numbers count within a block, so the line is found again."""
-    match = re.search(r"Column\(/([^/)]*)", str(error))
-    field = match.group(1) if match else None
-    expected_kind = None
-    if field is not None and schema is not None and field in schema.names:
-        expected_kind = _KIND_OF_TYPE.get(str(schema.field(field).type))
-    located = _locate_json_problem(path, field, expected_kind)
-    message = located or re.sub(r"\s*in row \d+\s*$", "", short(error))
-    expected = "one type per field on every line" if field else "JSON Lines: one JSON object per line"
-    return InputError(message, file=str(path), field=field, expected=expected)
 
 
 def read_csv(path: Path, delimiter: str) -> pa.Table:

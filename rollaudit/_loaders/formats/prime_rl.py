@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import AGENT, ENV, LENGTH_COLUMNS, SCORING_ORDER, make_table, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     group's completion), with what membership, the reward, the token counts and a recorded advantage need."""
     step, kind = _place(path)
     tables.check_not_empty(path)
-    table = tables.read_json_lines(path, _schema(_reward_names(path)))
+    table = json_lines.read_json_lines(path, _schema(_reward_names(path)))
     lines = np.arange(table.num_rows)
     episode_id = _required(columns.plain(table.column("id")), path, "id", lines, "the episode id")
     group = _required(
