@@ -27,6 +27,10 @@ def _flat_schema(path: Path) -> pa.Schema | None:
     """The first line's flat fields, typed by their first value (as the loaders type them)."""
     first = json.loads(path.read_bytes().split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf"))
     fields = [pa.field(name, _TYPES[type(value)]) for name, value in first.items() if type(value) in _TYPES]
+    for name, value in first.items():  # lists of strings or ints (ROLL's one line of trajectories and steps)
+        kinds = {type(item) for item in value} if isinstance(value, list) else set()
+        if value and len(kinds) == 1 and kinds <= {str, int}:
+            fields.append(pa.field(name, pa.list_(_TYPES[kinds.pop()])))
     return pa.schema(fields) if fields else None
 
 
@@ -46,7 +50,8 @@ def _outcome(read, path: Path, schema: pa.Schema) -> tuple[str, object]:
 
 
 def _both(path: Path, schema: pa.Schema) -> tuple[tuple, tuple]:
-    return _outcome(json_lines.read_json_lines, path, schema), _outcome(json_lines._read_file_by_pyarrow, path, schema)
+    fast = _outcome(json_lines.read_json_lines, path, schema)
+    return fast, _outcome(json_lines._read_file_by_pyarrow, path, schema)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])

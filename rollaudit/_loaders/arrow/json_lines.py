@@ -1,11 +1,12 @@
 """JSON Lines files as tables: orjson parses the lines where the fields read are flat, pyarrow types them.
 
-Where every field a format reads is a number, a string or a boolean (verl's score, step and uid; tinker-cookbook's
-summaries), each line is parsed by orjson (four times Python's json on these files) and the columns are built from
-its values; a column holding a value of another type (a string where a number was expected, an integer past 64
-bits) is written again, those fields only, for pyarrow's JSON reader, which types it by its own rules and names the
-line of its error. Where a field read is a list or an object (token ids, chat messages, traces), pyarrow's reader
-reads the file itself: it types nested values faster than they can be built from Python's.
+Where every field a format reads is a number, a string, a boolean or a short list of strings or ints (verl's
+score, step and uid; tinker-cookbook's summaries; ROLL's trajectories), each line is parsed by orjson (four times
+Python's json on these files) and the columns are built from its values; a column holding a value of another type
+(a string where a number was expected, an integer past 64 bits) is written again, those fields only, for
+pyarrow's JSON reader, which types it by its own rules and names the line of its error. Where a field read is an
+object, a list of lists or a value per token (token ids, chat messages, traces), pyarrow's reader reads the file
+itself: it types those faster than they can be built from Python's values.
 
 A line orjson refuses is read by Python's json, as a file written by Python's json may hold what strict parsers
 refuse: ``NaN``, ``Infinity`` and ``-Infinity`` (a NaN reward is common) are read as such, and are written again
@@ -19,6 +20,7 @@ last value (as Python's json reads it; pyarrow's reader refused the line).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from pathlib import Path
@@ -36,17 +38,39 @@ _WHITESPACE = re.compile(r"[ \t\r\n]*+")
 _KIND_OF_TYPE = {"double": "number", "int64": "number", "string": "string", "bool": "boolean"}
 
 
-def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
+def read_json_lines(path: Path, schema: pa.Schema | None = None, *, token_lists: bool = False) -> pa.Table:
     """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field (without a
-    schema, pyarrow's reader infers every field's type from the whole file)."""
-    if schema is None or not all(field.type in _DIRECT_TYPES for field in schema):
+    schema, pyarrow's reader infers every field's type from the whole file). ``token_lists``: the fields read
+    hold a value per token, most of each line, which pyarrow's reader types faster than orjson's values can be."""
+    if schema is None or token_lists or not all(field.type in _DIRECT_TYPES for field in schema):
         return _read_file_by_pyarrow(path, schema)
     records = parse_records(_read_bytes(path), path)
     if records.longest > 2 * tables.MAX_JSON_DEPTH + 1:
-        # Parsed, so valid JSON: a line of n bytes nests at most n / 2 deep. orjson's own limit is 1,024 levels and
-        # Python's about 1,000: neither refuses what lies between them and the bound, so only this scan does.
-        tables.check_json_depth(path)
+        # orjson's own limit is 1,024 levels and Python's json's about 1,000: neither refuses what lies between them
+        # and the bound, so the parsed values are measured (their containers only: brackets in strings, which make
+        # a scan of the bytes run its exact pass, are not looked at). A parsed line of n bytes nests at most n / 2.
+        _check_depth(records, path)
     return typed_table(records, schema, path)
+
+
+def _check_depth(records: Records, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> None:
+    """InputError naming the first line whose value nests deeper than ``limit`` (the bound of the byte scan)."""
+    for value, number in zip(records.values, records.lines, strict=True):
+        pending = [(value, 1)]
+        while pending:
+            item, depth = pending.pop()
+            if depth > limit:
+                raise _too_deep(number, path, limit)
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _too_deep(number: int, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> InputError:
+    return InputError(
+        f"line {number} nests JSON more than {limit} levels deep",
+        file=str(path),
+        expected="rollout records (a few levels deep)",
+    )
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -132,8 +156,8 @@ def _python_values(line: bytes, number: int, path: Path) -> list[Any]:
                 break
             value, position = decoder.raw_decode(text, position)
             values.append(value)
-    except RecursionError:
-        raise _bad_line(f"line {number} nests JSON too deeply to read", path) from None
+    except RecursionError:  # past about 1,000 levels, beyond the bound
+        raise _too_deep(number, path) from None
     except json.JSONDecodeError as error:
         message = f"line {number} is not valid JSON: {error.msg.removesuffix(' at')} (column {error.colno})"
         raise _bad_line(message, path) from None
@@ -202,6 +226,8 @@ _DIRECT_TYPES: dict[pa.DataType, frozenset[type]] = {
     pa.int64(): frozenset({int, type(None)}),
     pa.string(): frozenset({str, type(None)}),
     pa.bool_(): frozenset({bool, type(None)}),
+    pa.list_(pa.string()): frozenset({str}),  # the list's items; the list itself may be null
+    pa.list_(pa.int64()): frozenset({int}),
 }
 
 
@@ -212,7 +238,12 @@ def _direct_column(values: list[dict[str, Any]], field: pa.Field) -> pa.Array | 
         return None
     name = field.name
     items = [value.get(name) for value in values]
-    if not set(map(type, items)) <= allowed:  # bool is no int here, as it is no number to pyarrow's reader
+    if pa.types.is_list(field.type):
+        if not set(map(type, items)) <= {list, type(None)}:
+            return None
+        if not set(map(type, itertools.chain.from_iterable(item for item in items if item))) <= allowed:
+            return None
+    elif not set(map(type, items)) <= allowed:  # bool is no int here, as it is no number to pyarrow's reader
         return None
     try:
         return pa.array(items, field.type)
@@ -335,7 +366,10 @@ def json_error(path: Path, error: BaseException, schema: pa.Schema | None = None
         # "Failed to convert JSON to int64, couldn't parse:..." names no column: the first int64 field that explains
         # it is found by reading the file again.
         for candidate in schema:
-            if candidate.type == pa.int64() and _locate_json_problem(path, candidate.name, "number", True):
+            if candidate.type != pa.int64():
+                continue
+            located = _locate_json_problem(path, candidate.name, "number", True)
+            if located is not None and repr(candidate.name) in located:
                 field = candidate.name
                 break
     expected_kind = None

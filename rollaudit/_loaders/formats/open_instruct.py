@@ -144,7 +144,7 @@ def _differ_from_group_head(tokens: pa.ChunkedArray, head: np.ndarray, path: Pat
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One shard: a row per response, its groups checked against ``sample_idx`` and ``prompt_tokens``."""
     tables.check_not_empty(path)
-    table = json_lines.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA, token_lists=True)  # prompt and response token ids
     step = columns.index_values(table.column("step"), path, "step", _INDEX)
     sample = columns.index_values(table.column("sample_idx"), path, "sample_idx", _INDEX)
     prompt = columns.index_values(table.column("prompt_idx"), path, "prompt_idx", _INDEX)
