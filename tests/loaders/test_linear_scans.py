@@ -136,3 +136,27 @@ def test_error_and_report_escaping_in_linear_time(text: str):
         return lambda: log_safe(visible(padded))
 
     _assert_linear(make, base=100_000)
+
+
+# Lines orjson refuses are read again by Python's json: several values on a line, NaN literals, surrogate escapes.
+FALLBACK_PADDING = {
+    "many objects on one line": lambda n: b'{"score": 1}\n' + b'{"score": NaN} ' * (n // 15) + b"\n",
+    "many lines of NaN": lambda n: b'{"score": NaN}\n' * (n // 15),
+    "surrogate pairs in a string": lambda n: b'{"score": NaN, "uid": "' + b"\\ud83d\\ude00" * (n // 12) + b'"}\n',
+    "blanks between objects": lambda n: b'{"score": NaN}' + b" " * n + b'{"score": 1}\n',
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACK_PADDING))
+def test_json_lines_python_fallback_in_linear_time(tmp_path: Path, case: str):
+    import pyarrow as pa
+
+    from rollaudit._loaders.arrow import json_lines
+
+    schema = pa.schema([("score", pa.float64()), ("uid", pa.string())])
+
+    def make(n: int) -> Callable[[], object]:
+        path = _file(tmp_path, "lines.jsonl", FALLBACK_PADDING[case](n))
+        return lambda: json_lines.read_json_lines(path, schema)
+
+    _assert_linear(make, base=30_000)

@@ -56,7 +56,7 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None, *, token_lists:
 def _check_depth(records: Records, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> None:
     """InputError naming the first line whose value nests deeper than ``limit`` (the bound of the byte scan)."""
     for value, number in zip(records.values, records.lines, strict=True):
-        pending = [(value, 1)]
+        pending: list[tuple[Any, int]] = [(value, 1)]
         while pending:
             item, depth = pending.pop()
             if depth > limit:
@@ -85,11 +85,14 @@ class Records:
     """The objects of a JSON Lines file, the line (from 1) each came from, which of them Python's json read (their
     values may hold NaN, infinities and integers past 64 bits), and the longest line's length in bytes."""
 
-    def __init__(self, values: list[dict[str, Any]], lines: list[int], python: set[int], longest: int) -> None:
+    def __init__(
+        self, values: list[dict[str, Any]], lines: list[int], python: set[int], longest: int, suspects: set[int]
+    ) -> None:
         self.values = values
         self.lines = lines
         self.python = python  # indices into values
         self.longest = longest
+        self.suspects = suspects  # of those, the ones whose strings may hold lone surrogates
 
 
 def parse_records(data: bytes, path: Path) -> Records:
@@ -103,10 +106,10 @@ def parse_records(data: bytes, path: Path) -> Records:
     try:  # the common case at C speed: every line an object orjson reads, none blank
         values = [loads(line) for line in lines]
         if set(map(type, values)) <= {dict}:
-            return Records(values, list(range(1, len(values) + 1)), set(), longest)
+            return Records(values, list(range(1, len(values) + 1)), set(), longest, set())
     except orjson.JSONDecodeError:
         pass
-    values, numbers, python = [], [], set()
+    values, numbers, python, suspects = [], [], set(), set()
     for number, line in enumerate(lines, 1):
         try:
             value = loads(line)
@@ -114,14 +117,17 @@ def parse_records(data: bytes, path: Path) -> Records:
             if not line.strip(_BLANK):
                 continue
             # Several objects on one line are rows of their own, as pyarrow's reader reads them.
-            for value in _python_values(line, number, path):
+            parsed, suspect = _python_values(line, number, path)
+            for value in parsed:
                 python.add(len(values))
+                if suspect:
+                    suspects.add(len(values))
                 values.append(_an_object(value, number, path))
                 numbers.append(number)
             continue
         values.append(_an_object(value, number, path))
         numbers.append(number)
-    return Records(values, numbers, python, longest)
+    return Records(values, numbers, python, longest, suspects)
 
 
 def _an_object(value: Any, number: int, path: Path) -> dict[str, Any]:
@@ -141,12 +147,15 @@ def _finite(text: str) -> float:
     return value
 
 
-def _python_values(line: bytes, number: int, path: Path) -> list[Any]:
+def _python_values(line: bytes, number: int, path: Path) -> tuple[list[Any], bool]:
     """A line orjson refused, read by Python's json as pyarrow read it: NaN and infinities named as such, several
     values on the line each a row; a number literal past the largest double or a lone surrogate escape refused
     naming the line. Bytes that are not UTF-8 are kept as surrogate escapes: a field read that holds them is
     refused where it is typed (pyarrow never decodes a field it does not read)."""
-    text = line.decode("utf-8", "surrogateescape")
+    try:
+        text, damaged = line.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, damaged = line.decode("utf-8", "surrogateescape"), True
     decoder = json.JSONDecoder(parse_float=_finite)
     values, position = [], 0
     try:
@@ -163,9 +172,10 @@ def _python_values(line: bytes, number: int, path: Path) -> list[Any]:
         raise _bad_line(message, path) from None
     except ValueError as error:
         raise _bad_line(f"line {number} is not valid JSON: {error}", path) from None
-    if _SURROGATE_ESCAPE.search(line) and _holds_lone_surrogate(values, escapes_only=True):
+    escaped = _SURROGATE_ESCAPE.search(line) is not None
+    if escaped and _holds_lone_surrogate(values, escapes_only=True):
         raise _bad_line(f"line {number} is not valid JSON: a string holds a lone surrogate (\\ud800-\\udfff)", path)
-    return values
+    return values, damaged or escaped
 
 
 def _bad_line(message: str, path: Path) -> InputError:
@@ -196,7 +206,7 @@ def typed_table(records: Records, schema: pa.Schema, path: Path) -> pa.Table:
     one holding another type, goes through pyarrow's reader (its rules and its errors, named by their line)."""
     if not records.values:
         return schema.empty_table()
-    for index in sorted(records.python):
+    for index in sorted(records.suspects):
         value = records.values[index]
         if _holds_lone_surrogate([value.get(name) for name in schema.names]):
             raise InputError(
