@@ -94,6 +94,8 @@ THIRD_LINES = {
     "truncated": '{"uid": "u", "sco',
     "two objects": '{"uid": "u"} {"score": 1}',
     "blanks": "  \t\r",
+    "a field read nested 300 deep": '{"uid": ' + "[" * 300 + "]" * 300 + ', "score": 1}',
+    "a field read nested 300 deep, NaN": '{"uid": ' + "[" * 300 + "]" * 300 + ', "score": NaN}',
 }
 
 

@@ -270,10 +270,14 @@ def _read_by_pyarrow(records: Records, schema: pa.Schema, path: Path) -> pa.Tabl
     pieces = []
     for index, value in enumerate(records.values):
         chosen = {name: value[name] for name in names if name in value}
-        if index in python:  # NaN and infinities as Python's json writes them, integers past 64 bits exactly
-            pieces.append(json.dumps(chosen, ensure_ascii=False).encode("utf-8"))
-        else:
-            pieces.append(dumps(chosen))
+        if index not in python:
+            try:
+                pieces.append(dumps(chosen))
+                continue
+            except orjson.JSONEncodeError:  # orjson writes 254 levels at most; the bound lets values nest 512
+                pass
+        # NaN and infinities as Python's json writes them, integers past 64 bits exactly, deep values whole.
+        pieces.append(json.dumps(chosen, ensure_ascii=False).encode("utf-8"))
     text = b"\n".join(pieces)
     options = pa_json.ReadOptions(block_size=min(len(text) + 1, tables.MAX_JSON_LINE_BYTES), use_threads=False)
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
