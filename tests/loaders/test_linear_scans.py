@@ -15,7 +15,7 @@ import pytest
 
 from rollaudit import InputError
 from rollaudit._errors import log_safe, visible
-from rollaudit._loaders.arrow import tables
+from rollaudit._loaders.arrow import json_lines, tables
 from rollaudit._loaders.formats import prime_rl
 
 
@@ -97,7 +97,7 @@ def test_json_lines_checks_in_linear_time(tmp_path: Path, case: str, monkeypatch
         def run() -> object:
             try:
                 tables.check_json_depth(path)
-                return tables._check_objects(path)
+                return json_lines._check_objects(path)
             except InputError:
                 return None
 
@@ -150,8 +150,6 @@ FALLBACK_PADDING = {
 @pytest.mark.parametrize("case", sorted(FALLBACK_PADDING))
 def test_json_lines_python_fallback_in_linear_time(tmp_path: Path, case: str):
     import pyarrow as pa
-
-    from rollaudit._loaders.arrow import json_lines
 
     schema = pa.schema([("score", pa.float64()), ("uid", pa.string())])
 

@@ -287,6 +287,21 @@ def _read_by_pyarrow(records: Records, schema: pa.Schema, path: Path) -> pa.Tabl
         raise json_error(path, error, schema) from None
 
 
+def _check_objects(path: Path) -> None:
+    """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
+    crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
+    try:
+        line = tables.first_non_object_line(tables.file_chunks(path))
+    except OSError:  # the reader reports it
+        return
+    if line is None:
+        return
+    located = _locate_json_problem(path, None, None)
+    raise InputError(
+        located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
+    )
+
+
 def _read_file_by_pyarrow(path: Path, schema: pa.Schema | None) -> pa.Table:
     """A JSON Lines file read by pyarrow's reader alone: where a field is a list or an object (token ids, chat
     messages, traces), which it types faster than orjson's values can be, or where it infers every field's type
@@ -294,7 +309,7 @@ def _read_file_by_pyarrow(path: Path, schema: pa.Schema | None) -> pa.Table:
     import pyarrow.json as pa_json
 
     tables.check_json_depth(path)
-    tables._check_objects(path)
+    _check_objects(path)
     parse_options = (
         pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         if schema is not None

@@ -227,7 +227,7 @@ _LINE_START_NOT_AN_OBJECT = re.compile(rb"[ \t\r]*+[^{ \t\r\n]")
 _BLANK_TO_END = re.compile(rb"[ \t\r]*+\Z")
 
 
-def _file_chunks(path: Path) -> Iterator[bytes]:
+def file_chunks(path: Path) -> Iterator[bytes]:
     """The bytes of ``path``, ``_DEPTH_CHUNK`` at a time. Read, never mapped: a file truncated while mapped (a
     trainer saving the same path again) kills the process with SIGBUS; read, it just ends sooner."""
     with open(path, "rb", buffering=0) as stream:
@@ -235,7 +235,7 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def _first_non_object_line(chunks: Iterator[bytes]) -> int | None:
+def first_non_object_line(chunks: Iterator[bytes]) -> int | None:
     """The first line (from 1) whose first character that is not blank is not ``{``, in the text of ``chunks``."""
     newlines, at_line_start = 0, True  # at_line_start: only blanks since the last newline (or the file's start)
     for number, chunk in enumerate(chunks):
@@ -251,23 +251,6 @@ def _first_non_object_line(chunks: Iterator[bytes]) -> int | None:
             last >= 0 or at_line_start
         )
     return None
-
-
-def _check_objects(path: Path) -> None:
-    """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
-    crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
-    try:
-        line = _first_non_object_line(_file_chunks(path))
-    except OSError:  # the reader reports it
-        return
-    if line is None:
-        return
-    from .json_lines import _locate_json_problem
-
-    located = _locate_json_problem(path, None, None)
-    raise InputError(
-        located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
-    )
 
 
 MAX_JSON_DEPTH = 512
@@ -337,7 +320,7 @@ class _FileBytes:
     def __iter__(self) -> Iterator[Any]:
         import numpy as np
 
-        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in _file_chunks(self.path))
+        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in file_chunks(self.path))
 
 
 def _too_deep_line(view: Any, limit: int) -> int | None:
