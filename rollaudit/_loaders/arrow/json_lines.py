@@ -13,8 +13,8 @@ refuse: ``NaN``, ``Infinity`` and ``-Infinity`` (a NaN reward is common) are rea
 for pyarrow as Python's json writes them; integers past 64 bits keep every digit (an int64 field refuses them in
 one line naming it and its line, a number field takes the nearest double, as it always did); a lone surrogate
 escape (``"\\ud800"``) or a number past the largest double is refused naming the line, as pyarrow refused them;
-bytes that are not UTF-8 are refused where a field read holds them. A field read twice on one line reads its
-last value (as Python's json reads it; pyarrow's reader refused the line).
+bytes that are not UTF-8 are refused where a field read holds them. A field read twice on one line is refused
+naming the line, as pyarrow's reader refuses it (orjson would keep the last value).
 """
 
 from __future__ import annotations
@@ -44,13 +44,59 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None, *, token_lists:
     hold a value per token, most of each line, which pyarrow's reader types faster than orjson's values can be."""
     if schema is None or token_lists or not all(field.type in _DIRECT_TYPES for field in schema):
         return _read_file_by_pyarrow(path, schema)
-    records = parse_records(_read_bytes(path), path)
+    data = _read_bytes(path)
+    records = parse_records(data, path)
+    _refuse_repeated_fields(data, records, schema, path)
     if records.longest > 2 * tables.MAX_JSON_DEPTH + 1:
         # orjson's own limit is 1,024 levels and Python's json's about 1,000: neither refuses what lies between them
         # and the bound, so the parsed values are measured (their containers only: brackets in strings, which make
         # a scan of the bytes run its exact pass, are not looked at). A parsed line of n bytes nests at most n / 2.
         _check_depth(records, path)
     return typed_table(records, schema, path)
+
+
+def _refuse_repeated_fields(data: bytes, records: Records, schema: pa.Schema, path: Path) -> None:
+    """InputError naming the first line that holds a field of ``schema`` twice. Where a field's name appears in
+    the bytes no more often than there are records holding it, no line can hold it twice (one count at C speed);
+    else the lines where it appears more than once are parsed again, keeping every key, to tell a repeated field
+    from its name inside a text."""
+    for name in schema.names:
+        key = json.dumps(name).encode()
+        appears = data.count(key)
+        if appears <= len(records.values) - sum(name not in value for value in records.values):
+            continue
+        lines = data.removeprefix(tables.BOM).split(b"\n")
+        for number, line in enumerate(lines, 1):
+            if line.count(key) > 1 and _holds_twice(line, name):
+                raise InputError(
+                    f"line {number} holds the field {name!r} twice",
+                    file=str(path),
+                    field=name,
+                    expected="one value per field on a line",
+                )
+
+
+def _holds_twice(line: bytes, name: str) -> bool:
+    """Whether an object on ``line`` (top level) holds the key ``name`` twice."""
+    counts: list[int] = []  # per object decoded, inner ones first: the top level's is the last of each value
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        counts.append(sum(key == name for key, _ in items))
+        return dict(items)
+
+    decoder = json.JSONDecoder(object_pairs_hook=pairs)
+    text = line.decode("utf-8", "replace")
+    at = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+    while at < len(text):
+        try:
+            _, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return False  # not this check's to say: the parse of the line says what is wrong with it
+        if counts and counts[-1] > 1:
+            return True
+        counts.clear()
+        at = _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+    return False
 
 
 def _check_depth(records: Records, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> None:
