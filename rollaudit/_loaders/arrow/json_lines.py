@@ -46,23 +46,27 @@ def read_json_lines(path: Path, schema: pa.Schema | None = None, *, token_lists:
         return _read_file_by_pyarrow(path, schema)
     data = _read_bytes(path)
     records = parse_records(data, path)
-    _refuse_repeated_fields(data, records, schema, path)
     if records.longest > 2 * tables.MAX_JSON_DEPTH + 1:
         # orjson's own limit is 1,024 levels and Python's json's about 1,000: neither refuses what lies between them
         # and the bound, so the parsed values are measured (their containers only: brackets in strings, which make
-        # a scan of the bytes run its exact pass, are not looked at). A parsed line of n bytes nests at most n / 2.
+        # a scan of the bytes run its exact pass, are not looked at), on the lines that hold more opening brackets
+        # than the bound (no other line can nest that deep).
         _check_depth(records, path)
-    return typed_table(records, schema, path)
+    table = typed_table(records, schema, path)
+    _refuse_repeated_fields(data, records, table, path)
+    return table
 
 
-def _refuse_repeated_fields(data: bytes, records: Records, schema: pa.Schema, path: Path) -> None:
-    """InputError naming the first line that holds a field of ``schema`` twice. Where a field's name appears in
-    the bytes no more often than there are records holding it, no line can hold it twice (one count at C speed);
-    else the lines where it appears more than once are parsed again, keeping every key, to tell a repeated field
-    from its name inside a text."""
-    for name in schema.names:
+def _refuse_repeated_fields(data: bytes, records: Records, table: pa.Table, path: Path) -> None:
+    """InputError naming the first line that holds a field of ``table`` twice. Where a field's name appears in the
+    bytes no more often than there are records (one count at C speed) and every record holds it (its column has no
+    null), no line can hold it twice; else the lines where it appears more than once are parsed again, keeping
+    every key, to tell a repeated field from its name inside a text."""
+    for name in table.column_names:
         key = json.dumps(name).encode()
         appears = data.count(key)
+        if appears <= len(records.values) and (appears == 0 or table.column(name).null_count == 0):
+            continue
         if appears <= len(records.values) - sum(name not in value for value in records.values):
             continue
         lines = data.removeprefix(tables.BOM).split(b"\n")
@@ -101,7 +105,11 @@ def _holds_twice(line: bytes, name: str) -> bool:
 
 def _check_depth(records: Records, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> None:
     """InputError naming the first line whose value nests deeper than ``limit`` (the bound of the byte scan)."""
+    lines = records.data.split(b"\n")
     for value, number in zip(records.values, records.lines, strict=True):
+        line = lines[number - 1]
+        if len(line) <= 2 * limit + 1 or line.count(b"{") + line.count(b"[") <= limit:
+            continue  # a line nests no deeper than it has opening brackets
         pending: list[tuple[Any, int]] = [(value, 1)]
         while pending:
             item, depth = pending.pop()
@@ -132,10 +140,17 @@ class Records:
     values may hold NaN, infinities and integers past 64 bits), and the longest line's length in bytes."""
 
     def __init__(
-        self, values: list[dict[str, Any]], lines: list[int], python: set[int], longest: int, suspects: set[int]
+        self,
+        values: list[dict[str, Any]],
+        lines: list[int],
+        python: set[int],
+        longest: int,
+        suspects: set[int],
+        data: bytes,
     ) -> None:
         self.values = values
         self.lines = lines
+        self.data = data  # the file's bytes after any BOM
         self.python = python  # indices into values
         self.longest = longest
         self.suspects = suspects  # of those, the ones whose strings may hold lone surrogates
@@ -144,7 +159,8 @@ class Records:
 def parse_records(data: bytes, path: Path) -> Records:
     """Every non-blank line of ``data`` (a JSON Lines file's bytes) parsed as one JSON object; anything else is one
     InputError naming the line."""
-    lines = data.removeprefix(tables.BOM).split(b"\n")
+    data = data.removeprefix(tables.BOM)
+    lines = data.split(b"\n")
     longest = max(map(len, lines))
     if not lines[-1]:
         lines.pop()  # the file's last newline
@@ -152,7 +168,7 @@ def parse_records(data: bytes, path: Path) -> Records:
     try:  # the common case at C speed: every line an object orjson reads, none blank
         values = [loads(line) for line in lines]
         if set(map(type, values)) <= {dict}:
-            return Records(values, list(range(1, len(values) + 1)), set(), longest, set())
+            return Records(values, list(range(1, len(values) + 1)), set(), longest, set(), data)
     except orjson.JSONDecodeError:
         pass
     values, numbers, python, suspects = [], [], set(), set()
@@ -173,7 +189,7 @@ def parse_records(data: bytes, path: Path) -> Records:
             continue
         values.append(_an_object(value, number, path))
         numbers.append(number)
-    return Records(values, numbers, python, longest, suspects)
+    return Records(values, numbers, python, longest, suspects, data)
 
 
 def _an_object(value: Any, number: int, path: Path) -> dict[str, Any]:
