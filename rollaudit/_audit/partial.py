@@ -70,15 +70,12 @@ class PartialGroups(NamedTuple):
                 f"{self.why}; the recorded advantages are consistent with no preset on every group, so no group "
                 "can be shown whole"
             )
-        shown = (
-            "every group"
-            if self.partial_groups == self.groups
-            else f"{self.partial_groups:,} of {self.groups:,} groups"
-        )
+        every = self.partial_groups == self.groups
+        shown = "every group" if every else f"{self.partial_groups:,} of {self.groups:,} groups"
         return (
-            f"{self.why}: {shown} of the dump {'is' if self.partial_groups == 1 else 'are'} shown to be part of "
-            "their group (the recorded advantages are not their rows'), so no scheme recomputed from the dumped "
-            "rows is what the run trained on"
+            f"{self.why}: {shown} of the dump {'is' if every or self.partial_groups == 1 else 'are'} shown to be "
+            "part of a larger group (its recorded advantages are not what its dumped rows give, or a sibling's place "
+            "lies past them), so no scheme recomputed from the dumped rows is what the run trained on"
         )
 
 

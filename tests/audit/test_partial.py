@@ -34,7 +34,7 @@ def test_a_cut_dump_says_what_its_recorded_values_are_consistent_with(tmp_path, 
     # Nothing recomputed from two rows of a group of six is what the run trained on: every scheme not auditable.
     assert report.schemes == [] and report.summary.empty
     assert set(report.not_auditable) >= {"batch", "prompt", "trajectory", scheme}
-    assert all("shown to be part of their group" in report.not_auditable[name] for name in ("prompt", scheme))
+    assert all("shown to be part of a larger group" in report.not_auditable[name] for name in ("prompt", scheme))
     assert "bound a group's step from below only" in report.not_auditable["batch"]  # no step, only a bound
     assert report.info["partial_groups"]["whole"] is False and report.info["partial_groups"]["partial_groups"] == 9
     assert report.info["not_trained"][0]["groups"] == 1  # the constant group, dropped by drop_zero_std
