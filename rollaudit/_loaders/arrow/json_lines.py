@@ -106,9 +106,12 @@ def _holds_twice(line: bytes, name: str) -> bool:
 def _check_depth(records: Records, path: Path, limit: int = tables.MAX_JSON_DEPTH) -> None:
     """InputError naming the first line whose value nests deeper than ``limit`` (the bound of the byte scan)."""
     lines = records.data.split(b"\n")
+    shallow: dict[int, bool] = {}  # per line: several values can share one, and it is counted once
     for value, number in zip(records.values, records.lines, strict=True):
-        line = lines[number - 1]
-        if len(line) <= 2 * limit + 1 or line.count(b"{") + line.count(b"[") <= limit:
+        if number not in shallow:
+            line = lines[number - 1]
+            shallow[number] = len(line) <= 2 * limit + 1 or line.count(b"{") + line.count(b"[") <= limit
+        if shallow[number]:
             continue  # a line nests no deeper than it has opening brackets
         pending: list[tuple[Any, int]] = [(value, 1)]
         while pending:
