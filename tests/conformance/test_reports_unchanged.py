@@ -1,0 +1,47 @@
+"""``rollaudit compare --json`` of every corpus run says what the recorded reports say, byte for byte but for the
+timings (``tests/corpus_reports.py``, recorded with the code before a change that keeps every number)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.corpus_reports import CORPUS, recorded, report, runs
+
+from .conftest import corpus
+
+RECORDED = recorded()
+RUNS = runs() if CORPUS.is_dir() else {}
+
+
+def _first_difference(expected: object, actual: object, at: str = "") -> str:
+    """Where two JSON documents first differ, as a path of keys."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in dict.fromkeys([*expected, *actual]):
+            if expected.get(key) != actual.get(key):
+                return _first_difference(expected.get(key), actual.get(key), f"{at}.{key}")
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        for index, (left, right) in enumerate(zip(expected, actual, strict=True)):
+            if left != right:
+                return _first_difference(left, right, f"{at}[{index}]")
+    return f"{at}: {expected!r:.200} != {actual!r:.200}"
+
+
+def test_every_run_of_the_corpus_is_recorded():
+    corpus(".")
+    assert sorted(RUNS) == sorted(RECORDED), "the corpus changed: record its reports again (tests/corpus_reports.py)"
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_compare_json_reports_what_it_reported(name):
+    corpus(".")
+    path, options = RUNS.get(name, (CORPUS / name, []))
+    expected, actual = RECORDED[name], report(path, options)
+    assert actual["exit"] == expected["exit"], (actual, expected)
+    if "error" in expected:
+        assert actual["error"] == expected["error"]
+        return
+    if actual["report"] != expected["report"]:
+        where = _first_difference(json.loads(expected["report"]), json.loads(actual["report"]))
+        pytest.fail(f"{name}: the report changed at {where}")
