@@ -60,7 +60,7 @@ class RollauditError(Exception):
         self.message = message
         self.file = file
         self.field = field
-        self.row = row
+        self.row = row if row is None or row >= 0 else None  # -1 is "not found": no row a person could look up
         self.expected = expected
         super().__init__(self.line())
 

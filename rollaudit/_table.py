@@ -105,7 +105,10 @@ def _key_array(values: Any, name: str) -> pa.Array | pa.ChunkedArray:
     if kind in (pa.int64(), pa.string()):
         return values
     if pa.types.is_integer(kind):
-        return values.cast(pa.int64())
+        try:
+            return values.cast(pa.int64())
+        except pa.ArrowInvalid:  # uint64 keys past int64: compared exactly as their decimal text
+            return values.cast(pa.string())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return values.cast(pa.string())
     if pa.types.is_dictionary(kind):
@@ -298,6 +301,14 @@ def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
     return int(pc.index(mask, True).as_py())
 
 
+def _first_past_int64(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """The first row of an unsigned integer column past int64 (the one a cast to int64 refused), else None."""
+    if not pa.types.is_unsigned_integer(column.type):
+        return None
+    row = int(pc.index(pc.fill_null(pc.greater(column, pa.scalar((1 << 63) - 1, pa.uint64())), False), True).as_py())
+    return row if row >= 0 else None
+
+
 def validate_table(table: pa.Table, *, source: str | None = None) -> pa.Table:
     """Check ``table`` against the canonical schema; return it with canonical types.
 
@@ -332,6 +343,7 @@ def validate_table(table: pa.Table, *, source: str | None = None) -> pa.Table:
                     f"has type {column.type}: {str(error).splitlines()[0]}",
                     file=source,
                     field=name,
+                    row=_first_past_int64(column) if _FIXED_TYPES[name] == pa.int64() else None,
                     expected=str(_FIXED_TYPES[name]),
                 ) from None
         if name in _NOT_NULL and fixed.null_count:

@@ -267,7 +267,7 @@ def test_torchtitans_file_appended_as_groups_finish(tmp_path: Path) -> None:
     """torchtitan appends each group as it finishes: a step (the policy-version bound) may gain a group after a later
     step has begun, and is then audited again, its new record replacing the old; the last record of each step is
     the audit of that step in the whole file."""
-    source = SAMPLES / "torchtitan" / "outputs" / "rl" / "rollout_samples.jsonl"
+    source = SAMPLES / "torchtitan_whole" / "outputs" / "rl" / "rollout_samples.jsonl"
     lines = source.read_bytes().splitlines(keepends=True)
     target = tmp_path / "outputs" / "rl" / source.name
     target.parent.mkdir(parents=True)
@@ -296,7 +296,7 @@ def test_torchtitans_file_appended_as_groups_finish(tmp_path: Path) -> None:
     whole = rollaudit.audit(rollaudit.load(source)).to_dict()["per_step"]
     assert sorted(last) == sorted(int(step) for step in whole)
     for step, record in last.items():
-        assert record.to_dict()["summary"] == whole[str(step)]
+        assert record.to_dict()["summary"] == whole[str(step)] and whole[str(step)]  # the groups are whole: audited
     seen: set[int] = set()
     for record in records:
         assert record.replaces == (record.step in seen)

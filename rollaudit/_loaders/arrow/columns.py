@@ -44,6 +44,15 @@ _STEP_IN_NAME = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 # Columns: finding them, and turning them into canonical values.
 
 
+def first_row(mask: pa.Array | pa.ChunkedArray) -> int:
+    """The index of the first true value of a boolean column without nulls; there must be one (an error names a
+    real row, never the -1 of "not found")."""
+    row = int(pc.index(mask, True).as_py())
+    if row < 0:
+        raise ValueError("no row is true")
+    return row
+
+
 def columns_found(names: Sequence[str]) -> str:
     shown = ", ".join(repr(name) for name in list(names)[:_COLUMNS_SHOWN])
     more = len(names) - _COLUMNS_SHOWN
@@ -166,13 +175,23 @@ def key_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa.
         try:
             return array.cast(pa.int64())
         except pa.ArrowInvalid:
-            bad = pc.fill_null(pc.not_equal(pc.floor(array), array), False)
+            fractional = pc.fill_null(pc.not_equal(pc.floor(array), array), False)
+            if pc.any(fractional).as_py():
+                raise InputError(
+                    "has non-integer keys",
+                    file=str(path),
+                    field=field,
+                    row=first_row(fractional),
+                    expected="int or string keys",
+                ) from None
+            # Whole numbers past int64, held as doubles: the digits past 2**53 are gone, so no key is exact.
+            row = first_row(pc.fill_null(pc.greater_equal(pc.abs(array), 2.0**63), False))
             raise InputError(
-                "has non-integer keys",
+                f"is {array[row].as_py()!r}, a key past 64 bits held as a float (not exact)",
                 file=str(path),
                 field=field,
-                row=int(pc.index(bad, True).as_py()),
-                expected="int or string keys",
+                row=row,
+                expected="int64 keys, or keys past 64 bits written as integers or text",
             ) from None
     if pa.types.is_nested(kind):
         # Chat-message prompts: their JSON text is the key (a Python pass, only for nested keys).
@@ -209,16 +228,23 @@ def step_values(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> pa
         return int64_values(array, path, field, "an integer step")
     values = float_values(array, path, field).to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | (values != np.floor(values))
+        # 2**63 and beyond: no int64 step (numpy's cast would wrap them to -2**63 with a RuntimeWarning).
+        bad = ~np.isfinite(values) | (values != np.floor(values)) | ~_in_int64(values)
     if bad.any():
         raise InputError(
-            f"is {values[bad][0]!r}",
+            f"is {float(values[bad][0])!r}",
             file=str(path),
             field=field,
             row=int(np.flatnonzero(bad)[0]),
-            expected="an integer step",
+            expected="an integer step within int64",
         )
     return arrow_array(values.astype(np.int64))
+
+
+def _in_int64(values: np.ndarray) -> np.ndarray:
+    """Which doubles are surely integers of int64's range: -2**63 < x < 2**63 (NaN is not). The double -2**63 is
+    also what -2**63 - 1 and its neighbours round to: not an int64 that can be trusted."""
+    return np.abs(values) < 2.0**63
 
 
 def int64_values(
@@ -554,10 +580,10 @@ def whole_numbers(array: pa.Array | pa.ChunkedArray, path: Path, field: str) -> 
     numbers = float_values(array, path, field).to_numpy(zero_copy_only=False)
     known = ~np.isnan(numbers)
     with np.errstate(invalid="ignore"):
-        bad = known & (~np.isfinite(numbers) | (numbers != np.floor(numbers)))
+        bad = known & (~np.isfinite(numbers) | (numbers != np.floor(numbers)) | ~_in_int64(numbers))
     if bad.any():
         raise InputError(
-            f"is {numbers[bad][0]!r}",
+            f"is {float(numbers[bad][0])!r}",
             file=str(path),
             field=field,
             row=int(np.flatnonzero(bad)[0]),

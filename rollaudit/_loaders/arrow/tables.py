@@ -28,7 +28,6 @@ HEAD_BYTES = 1 << 16
 # pyarrow parses JSON in blocks that must hold whole lines; verl lines carry whole decoded trajectories.
 _JSON_BLOCK_BYTES = 1 << 24
 _MAX_BLOCK_BYTES = (1 << 31) - 1
-_FIRST_LINE_LIMIT = 1 << 22  # a verl line holds a whole decoded prompt and response: allow 4 MiB
 _MESSAGE_CHARS = 160
 # A real table spends at least a byte a row (rewards, positions, keys); a hostile one can spend a bit per billion.
 _ROWS_PER_BYTE = 16
@@ -69,15 +68,9 @@ def sniff(path: Path) -> str | None:
     if b"\x00" in text:
         return None
     if text.lstrip().startswith(b"{"):
-        line = _first_line(path)
-        if line is None:
-            return "jsonl"  # a first line longer than the sniff limit: the reader will judge it
-        try:
-            return "jsonl" if type(json.loads(line)) is dict else None
-        except RecursionError:
-            return "jsonl"  # an object too deep for Python's parser: the reader names the line and its depth
-        except ValueError:
-            return None
+        first = _first_object(path)
+        # A first line too long or too deep to parse here is JSON Lines for the reader to judge (naming the line).
+        return "jsonl" if first is _UNJUDGED or type(first) is dict else None
     if text.lstrip()[:1] in (b"[", b"{"):
         return None  # JSON that is not one object a line (a JSON array): no table rollaudit reads
     if csv_delimiter(text) is not None:
@@ -98,18 +91,24 @@ def _one_column_header(head: bytes) -> bool:
         return False
 
 
+MAX_JSON_LINE_BYTES = _MAX_BLOCK_BYTES
+"""Longest JSON line read: the first line is read whole to tell a file's format and fields, whatever its size (a
+verl line carries a whole decoded trajectory), up to the bound of what any reader can hold as one value."""
+_UNJUDGED = object()  # a first line longer than MAX_JSON_LINE_BYTES, or nested too deep for Python's parser
+_CACHED_LINE_BYTES = 1 << 20
+
+
 def _first_line(path: Path) -> bytes | None:
-    """The first non-blank line, or None when it is longer than the sniff limit."""
+    """The first non-blank line (of at most 64 lines), ``b""`` without one, None when it is longer than
+    ``MAX_JSON_LINE_BYTES``."""
     try:
         with open(path, "rb") as stream:
             for _ in range(64):
-                line = stream.readline(_FIRST_LINE_LIMIT)
+                line = stream.readline(MAX_JSON_LINE_BYTES + 1)
                 if not line:
                     return b""
                 if line.strip():
-                    if len(line) >= _FIRST_LINE_LIMIT and not line.endswith(b"\n"):
-                        return None
-                    return line.removeprefix(BOM)
+                    return None if len(line) > MAX_JSON_LINE_BYTES else line.removeprefix(BOM)
     except OSError:
         return b""
     return b""
@@ -118,21 +117,54 @@ def _first_line(path: Path) -> bytes | None:
 def first_json_object(path: Path) -> dict | None:
     """The first line of a JSON Lines file as a dict, or None when it is not one. Parsed once per file version:
     several formats' detectors ask for it (a copy each, so that none changes another's)."""
-    try:
-        stat = path.stat()
-    except OSError:
+    value = _first_object(path)
+    if type(value) is not dict:
         return None
-    value = _first_object(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     try:
-        return copy.deepcopy(value) if value is not None else None
+        return copy.deepcopy(value)
     except RecursionError:  # parsed, but too deep to copy: no dump's first record
         return None
 
 
+_last_long_line: tuple[tuple[str, int, int, int], Any] | None = None
+
+
+def _first_object(path: Path) -> Any:
+    """The value of the first line (None when it is not JSON, ``_UNJUDGED`` when it is too long or too deep to
+    parse here), cached per file version: small lines in a cache of many, one long line at a time (a verl line of
+    a whole trajectory can be tens of megabytes)."""
+    global _last_long_line
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    version = (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if stat.st_size <= _CACHED_LINE_BYTES:
+        return _first_small_object(*version)
+    if _last_long_line is not None and _last_long_line[0] == version:
+        return _last_long_line[1]
+    value = _first_value(path)
+    _last_long_line = (version, value)
+    return value
+
+
 @functools.lru_cache(maxsize=64)
-def _first_object(path: str, size: int, mtime_ns: int, inode: int) -> dict | None:
-    line = _first_line(Path(path))
-    return json_line_object(line) if line else None
+def _first_small_object(path: str, size: int, mtime_ns: int, inode: int) -> Any:
+    return _first_value(Path(path))
+
+
+def _first_value(path: Path) -> Any:
+    line = _first_line(path)
+    if line is None:
+        return _UNJUDGED
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except RecursionError:
+        return _UNJUDGED
+    except ValueError:
+        return None
 
 
 def json_line_object(line: bytes | str) -> dict | None:
@@ -188,54 +220,6 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if type(value) is bool:
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
-
-
-_KIND_OF_TYPE = {"double": "number", "int64": "number", "string": "string", "bool": "boolean"}
-
-
-def _locate_json_problem(path: Path, field: str | None, expected_kind: str | None) -> str | None:
-    """The first line that explains a pyarrow JSON error (read again in Python: only on the error path)."""
-    seen_kind = expected_kind
-    with open(path, "rb") as stream:
-        for number, raw in enumerate(stream, 1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw)
-            except RecursionError:
-                return f"line {number} nests JSON too deeply to read"
-            except json.JSONDecodeError as error:
-                return f"line {number} is not valid JSON: {error.msg.removesuffix(' at')} (column {error.colno})"
-            except ValueError:
-                return f"line {number} is not valid JSON: not UTF-8 text"
-            if type(value) is not dict:
-                return f"line {number} is {_a(_json_kind(value))}, not a JSON object"
-            if field is None or value.get(field) is None:
-                continue
-            kind = _json_kind(value[field])
-            if seen_kind is None:
-                seen_kind = kind
-            elif kind != seen_kind:
-                return f"line {number} has {field!r} as {_a(kind)} where {_a(seen_kind)} was expected"
-    return None
-
-
 # A line whose first character (after blanks) does not open an object. JSON text holds no raw newline, so lines are
 # exactly the values; the pattern starts with a literal newline, which the regex engine finds at memchr speed.
 _NOT_AN_OBJECT = re.compile(rb"\n[ \t\r]*+[^{ \t\r\n]")
@@ -243,7 +227,7 @@ _LINE_START_NOT_AN_OBJECT = re.compile(rb"[ \t\r]*+[^{ \t\r\n]")
 _BLANK_TO_END = re.compile(rb"[ \t\r]*+\Z")
 
 
-def _file_chunks(path: Path) -> Iterator[bytes]:
+def file_chunks(path: Path) -> Iterator[bytes]:
     """The bytes of ``path``, ``_DEPTH_CHUNK`` at a time. Read, never mapped: a file truncated while mapped (a
     trainer saving the same path again) kills the process with SIGBUS; read, it just ends sooner."""
     with open(path, "rb", buffering=0) as stream:
@@ -251,7 +235,7 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def _first_non_object_line(chunks: Iterator[bytes]) -> int | None:
+def first_non_object_line(chunks: Iterator[bytes]) -> int | None:
     """The first line (from 1) whose first character that is not blank is not ``{``, in the text of ``chunks``."""
     newlines, at_line_start = 0, True  # at_line_start: only blanks since the last newline (or the file's start)
     for number, chunk in enumerate(chunks):
@@ -267,21 +251,6 @@ def _first_non_object_line(chunks: Iterator[bytes]) -> int | None:
             last >= 0 or at_line_start
         )
     return None
-
-
-def _check_objects(path: Path) -> None:
-    """InputError for a line that is not a JSON object, before pyarrow reads the file: pyarrow 26's JSON reader
-    crashes the process (a segmentation fault) on a block of lines that starts with ``null``."""
-    try:
-        line = _first_non_object_line(_file_chunks(path))
-    except OSError:  # the reader reports it
-        return
-    if line is None:
-        return
-    located = _locate_json_problem(path, None, None)
-    raise InputError(
-        located or f"line {line} is not a JSON object", file=str(path), expected="JSON Lines: one JSON object per line"
-    )
 
 
 MAX_JSON_DEPTH = 512
@@ -351,7 +320,7 @@ class _FileBytes:
     def __iter__(self) -> Iterator[Any]:
         import numpy as np
 
-        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in _file_chunks(self.path))
+        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in file_chunks(self.path))
 
 
 def _too_deep_line(view: Any, limit: int) -> int | None:
@@ -406,35 +375,7 @@ def _most_per_line(chunks: Iterable[Any], count: Callable[[Any, Any], Any]) -> i
     return most
 
 
-def read_json_lines(path: Path, schema: pa.Schema | None = None) -> pa.Table:
-    """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field."""
-    import pyarrow.json as pa_json
-
-    check_json_depth(path)
-    _check_objects(path)
-    parse_options = (
-        pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        if schema is not None
-        else pa_json.ParseOptions()
-    )
-    block_size = _JSON_BLOCK_BYTES
-    while True:
-        try:
-            read_options = pa_json.ReadOptions(block_size=block_size)
-            table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
-        except pa.ArrowException as error:  # ArrowCapacityError too: a string column past 2 GiB
-            # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
-            if "straddl" in str(error) and block_size < path.stat().st_size:
-                block_size = min(block_size * 8, path.stat().st_size + 1, _MAX_BLOCK_BYTES)
-                if block_size > _JSON_BLOCK_BYTES:
-                    continue
-            raise json_error(path, error, schema) from None
-        except OSError as error:
-            raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
-        return check_values(table, path, json_lines=True)
-
-
-def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa.Table:
+def check_values(table: pa.Table, path: Path, *, locate: Callable[[], str | None] | None = None) -> pa.Table:
     """``table``, once every value is checked well-formed: pyarrow's JSON, Parquet and IPC readers pass on invalid
     UTF-8 (and an IPC file's offsets) as they are, and such a value would fail later, far from the file."""
     check_names(table.schema, path)
@@ -442,7 +383,7 @@ def check_values(table: pa.Table, path: Path, *, json_lines: bool = False) -> pa
         try:
             column.validate(full=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-            located = _locate_json_problem(path, None, None) if json_lines else None
+            located = locate() if locate is not None else None  # the line of a JSON Lines file
             raise InputError(
                 located or f"holds damaged values: {short(error)}",
                 file=str(path),
@@ -474,19 +415,6 @@ def check_names(schema: pa.Schema, path: Path) -> pa.Schema:
     return schema
 
 
-def json_error(path: Path, error: BaseException, schema: pa.Schema | None = None) -> InputError:
-    """One line for a pyarrow JSON error; its row numbers count within a block, so the line is found again."""
-    match = re.search(r"Column\(/([^/)]*)", str(error))
-    field = match.group(1) if match else None
-    expected_kind = None
-    if field is not None and schema is not None and field in schema.names:
-        expected_kind = _KIND_OF_TYPE.get(str(schema.field(field).type))
-    located = _locate_json_problem(path, field, expected_kind)
-    message = located or re.sub(r"\s*in row \d+\s*$", "", short(error))
-    expected = "one type per field on every line" if field else "JSON Lines: one JSON object per line"
-    return InputError(message, file=str(path), field=field, expected=expected)
-
-
 def read_csv(path: Path, delimiter: str) -> pa.Table:
     """A CSV (or tab-separated) file as a table."""
     import pyarrow.csv as pa_csv
@@ -507,7 +435,38 @@ def read_csv(path: Path, delimiter: str) -> pa.Table:
         ) from None
     except OSError as error:
         raise InputError(f"cannot read the file: {short(error)}", file=str(path)) from None
-    return check_values(table, path)
+    return check_values(_exact_csv_integers(table, path, delimiter), path)
+
+
+_INTEGER_TEXT = r"^\s*[-+]?\d+\s*$"
+
+
+def _exact_csv_integers(table: pa.Table, path: Path, delimiter: str) -> pa.Table:
+    """``table``, with each column that pyarrow inferred as doubles because it holds integers past 64 bits read
+    again as their text: an id that large is a key compared exactly, never its nearest double (numeric uses read
+    the text as a number again)."""
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+
+    past = [
+        name
+        for name, column in zip(table.column_names, table.columns, strict=True)
+        if pa.types.is_floating(column.type) and pc.any(pc.greater_equal(pc.abs(column), 2.0**63)).as_py()
+    ]
+    if not past:
+        return table
+    texts = pa_csv.read_csv(
+        path,
+        parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+        convert_options=pa_csv.ConvertOptions(
+            strings_can_be_null=True, include_columns=past, column_types={name: pa.string() for name in past}
+        ),
+    )
+    for name in past:
+        text = texts.column(name)
+        if pc.all(pc.match_substring_regex(text, _INTEGER_TEXT)).as_py():
+            table = table.set_column(table.column_names.index(name), name, pc.utf8_trim_whitespace(text))
+    return table
 
 
 def _locate_csv_problem(path: Path, delimiter: str) -> str | None:

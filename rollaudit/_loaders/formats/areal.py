@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import POSITION, REWARD, STEP, concat_tables, make_table, with_facts, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format, folder_step
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     """One task file to its rows (positions within the file; ``combine`` numbers them across the batch)."""
     tables.check_not_empty(path)
     step = _version(path)
-    table = tables.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA)
     if table.num_rows == 0:
         raise InputError("empty file: no lines", file=str(path), expected="AReaL rollout records")
     reward = _reward_field(path, options)

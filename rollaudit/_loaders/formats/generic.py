@@ -59,7 +59,7 @@ import pyarrow as pa
 
 from ..._errors import InputError, RollauditWarning, warn
 from ..._table import PROMPT, STEP, make_table, with_found
-from ..arrow import capped, columns, tables
+from ..arrow import capped, columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def _read_table(path: Path, kind: str, options: LoadOptions) -> tuple[pa.Table, 
         wanted = [field.name for field in schema if field.name in used or columns.is_scalar(field.type)]
         return capped.read_arrow(path, kind, wanted), roles
     if kind == "jsonl":
-        table = tables.read_json_lines(path)
+        table = json_lines.read_json_lines(path)
     else:
         with open(path, "rb") as stream:
             delimiter = tables.csv_delimiter(stream.read(tables.HEAD_BYTES).removeprefix(tables.BOM)) or ","

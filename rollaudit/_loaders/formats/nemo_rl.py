@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import PROMPT, make_table, with_facts, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
             expected="the file name NeMo-RL gives it (its step is in the name)",
         )
     step = columns.name_step(match.group(2), path)
-    table = tables.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA)
     if table.num_rows == 0:
         raise InputError("empty file: no lines", file=str(path), expected="NeMo-RL training rows")
     for name in _SEQUENCES:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import POSITION, PROMPT, STEP, arrow_array, concat_tables, make_table, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def _differ_from_group_head(tokens: pa.ChunkedArray, head: np.ndarray, path: Pat
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One shard: a row per response, its groups checked against ``sample_idx`` and ``prompt_tokens``."""
     tables.check_not_empty(path)
-    table = tables.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA, token_lists=True)  # prompt and response token ids
     step = columns.index_values(table.column("step"), path, "step", _INDEX)
     sample = columns.index_values(table.column("sample_idx"), path, "sample_idx", _INDEX)
     prompt = columns.index_values(table.column("prompt_idx"), path, "prompt_idx", _INDEX)

@@ -40,7 +40,7 @@ from ..._table import (
     with_found,
     with_trained_default,
 )
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -48,11 +48,14 @@ if TYPE_CHECKING:
 
 _STEP_DIRECTORY = re.compile(r"^step_(\d+)$")
 _KINDS = ("all", "effective")
-# A trace's rewards object, {name: {score, weight}} (or null values), and the names in it.
-_REWARDS = re.compile(rb'"rewards"\s*:\s*\{\s*((?:"(?:[^"\\]|\\.)*"\s*:\s*(?:\{[^{}]*\}|null)\s*,?\s*)*)\}')
+# A trace's rewards object, {name: {score, weight}} (or null values), and the names in it. Every quantifier is
+# possessive: each piece (blanks, a comma, a string, a brace-free object) ends where the next must begin, so nothing
+# is ever given back, and a match that fails (blanks before a comma, then a value of another shape) fails in time
+# linear in what it read, where backtracking took time quadratic in the blanks.
+_REWARDS = re.compile(rb'"rewards"\s*+:\s*+\{\s*+((?:"(?:[^"\\]|\\.)*+"\s*+:\s*+(?:\{[^{}]*+\}|null)\s*+,?+\s*+)*+)\}')
 # Every rewards object must match the pattern: one that does not (a nested value) is refused, never skipped.
-_REWARDS_KEY_PATTERN = re.compile(rb'"rewards"\s*:\s*\{')
-_REWARD_NAME = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*(?:\{[^{}]*\}|null)')
+_REWARDS_KEY_PATTERN = re.compile(rb'"rewards"\s*+:\s*+\{')
+_REWARD_NAME = re.compile(rb'"((?:[^"\\]|\\.)*+)"\s*+:\s*+(?:\{[^{}]*+\}|null)')
 _REWARD = pa.struct([pa.field("score", pa.float64()), pa.field("weight", pa.float64())])
 _USAGE = pa.struct(
     [
@@ -188,7 +191,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     group's completion), with what membership, the reward, the token counts and a recorded advantage need."""
     step, kind = _place(path)
     tables.check_not_empty(path)
-    table = tables.read_json_lines(path, _schema(_reward_names(path)))
+    table = json_lines.read_json_lines(path, _schema(_reward_names(path)))
     lines = np.arange(table.num_rows)
     episode_id = _required(columns.plain(table.column("id")), path, "id", lines, "the episode id")
     group = _required(

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import PROMPT, TRAJECTORY, make_table, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def _trajectory(text: Any, path: Path, row: int) -> dict:
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One dump file: every trajectory expanded to its step rows."""
     tables.check_not_empty(path)
-    table = tables.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA)
     if table.num_rows != 1:
         raise InputError(
             f"holds {table.num_rows} lines", file=str(path), expected="ROLL's one line: a JSON object of columns"

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..._errors import InputError
 from ..._table import make_table, with_found, with_trained_default
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def expand_directory(directory: Path) -> list[Path] | None:
 def read(path: Path, options: LoadOptions) -> pa.Table:
     """One rollout-summaries file: a row per trajectory."""
     tables.check_not_empty(path)
-    table = tables.read_json_lines(path, _SCHEMA)
+    table = json_lines.read_json_lines(path, _SCHEMA)
     versions = pc.unique(columns.plain(table.column("schema_version"))).to_pylist()
     if versions != [1]:
         raise InputError(

@@ -54,7 +54,7 @@ from ..._table import (
     with_found,
     with_trained_default,
 )
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -337,7 +337,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     tables.check_not_empty(path)
     first = tables.first_json_object(path)
     older = first is not None and ("sample_id" in first or "step" in first)
-    table = tables.read_json_lines(path, _OLDER if older else _CURRENT)
+    table = json_lines.read_json_lines(path, _OLDER if older else _CURRENT)
     rows = table.num_rows
 
     def column(name: str, expected: str) -> pa.Array:

@@ -57,7 +57,7 @@ from ..._table import (
     with_found,
     with_trained_default,
 )
-from ..arrow import columns, tables
+from ..arrow import columns, json_lines, tables
 from ..base import Format
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def _read_lines(path: Path, options: LoadOptions) -> tuple[pa.Table, _Fields]:
     first = tables.first_json_object(path)
     if first is None:
         # A first line longer than the sniff limit (or a bad one): pyarrow infers the fields, or names the bad line.
-        table = tables.read_json_lines(path)
+        table = json_lines.read_json_lines(path)
         if table.num_rows == 0:
             raise InputError("empty file: no lines", file=str(path), expected="verl rollout lines")
         fields = _Fields(table.slice(0, 1).to_pylist()[0], options, path)
@@ -197,14 +197,14 @@ def _read_lines(path: Path, options: LoadOptions) -> tuple[pa.Table, _Fields]:
         return table.select([name for name in names if name in table.column_names]), fields
     fields = _Fields(first, options, path)
     try:
-        return tables.read_json_lines(path, pa.schema(list(fields.needed) + list(fields.extras))), fields
+        return json_lines.read_json_lines(path, pa.schema(list(fields.needed) + list(fields.extras))), fields
     except InputError as error:
         if error.field is None or error.field not in fields.extras.names:
             raise
         # A reward-extra-info key whose type changes between lines: the audit does not need it.
         warn(f"{path}: reward-extra-info fields left out ({error.message})", RollauditWarning)
         fields.extras = pa.schema([])
-        return tables.read_json_lines(path, fields.needed), fields
+        return json_lines.read_json_lines(path, fields.needed), fields
 
 
 def read(path: Path, options: LoadOptions) -> pa.Table:

@@ -1,0 +1,10 @@
+"""The JSON Lines load benchmark at a small size, so CI keeps it runnable (ratios are reported, not asserted)."""
+
+from tests.benchmarks.bench_json_load import main
+
+
+def test_json_load_benchmark_runs_small(capsys):
+    assert main(["--small", "--formats", "verl", "tinker"]) == 0
+    output = capsys.readouterr().out
+    assert "verl" in output and "tinker" in output
+    assert "share: each format's read rate on one core as a share of orjson.loads's" in output
