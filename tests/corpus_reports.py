@@ -1,5 +1,6 @@
-"""What ``rollaudit compare --json`` says of every run of the conformance corpus, timings masked: the reports a change
-that promises the same numbers must leave byte for byte the same.
+"""What ``rollaudit compare`` says of every run of the conformance corpus (its JSON, its terminal text and its
+Markdown) and what ``rollaudit gate`` says of it (JSON and text), timings masked: the outputs a change that promises
+the same numbers must leave byte for byte the same.
 
     python -m tests.corpus_reports --write   # with the code before a change: tests/fixtures/corpus_reports.json.gz
 
@@ -30,6 +31,10 @@ EXTRA_RUNS: dict[str, list[str]] = {
 }
 # Timings, and where the audit ran, differ from run to run and machine to machine; the corpus lies anywhere.
 _MASKED = re.compile(r'"(seconds|command_seconds|device)": ("[^"]*"|[-+0-9.eE]+)')
+_SECONDS = re.compile(r"\b(on \w+ in|loaded in) [0-9.]+ s\b|\b[0-9.]+ s in all\b")
+_SECONDS_VALUE = re.compile(r"[0-9][0-9.]*(?= s\b)")
+GATE_RULES = ["--max", "batch:sign_flip_rate=0.1", "--min", "prompt:advantage_cosine=0.99"]
+WIDTH = "100"
 
 
 def runs() -> dict[str, tuple[Path, list[str]]]:
@@ -51,17 +56,39 @@ def masked(text: str) -> str:
     return _MASKED.sub(lambda match: f'"{match.group(1)}": "<masked>"', text).replace(str(CORPUS), "<corpus>")
 
 
-def report(path: Path, options: list[str]) -> dict[str, object]:
-    """``compare PATH --json`` in this process: its exit code, and its masked report or its error line."""
+def masked_text(text: str) -> str:
+    """A text report with its timings masked: each paragraph that holds one (wrapped to the width the timings take) as
+    one line, with ``<t>`` for the seconds."""
+    paragraphs = text.replace(str(CORPUS), "<corpus>").split("\n\n")
+    for index, paragraph in enumerate(paragraphs):
+        line = " ".join(part.strip() for part in paragraph.splitlines())
+        if _SECONDS.search(line):
+            paragraphs[index] = _SECONDS.sub(lambda match: _SECONDS_VALUE.sub("<t>", match.group(0)), line)
+    return "\n\n".join(paragraphs)
+
+
+def _run(*arguments: str) -> tuple[int, str, list[str]]:
     from typer.testing import CliRunner
 
     from rollaudit._cli import app
 
-    result = CliRunner().invoke(app, ["compare", str(path), *options, "--json", "--no-cache", "--quiet"])
-    if result.exit_code == 0:
-        return {"exit": 0, "report": masked(result.stdout)}
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    return {"exit": result.exit_code, "error": masked("\n".join(errors))}
+    result = CliRunner(env={"COLUMNS": WIDTH}).invoke(app, [*arguments, "--no-cache", "--quiet"])
+    return result.exit_code, result.stdout, [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def report(path: Path, options: list[str]) -> dict[str, object]:
+    """``compare PATH --json`` in this process: its exit code, and its masked report or its error line; where it
+    reports, its terminal text and Markdown, and the gate's JSON and text on ``GATE_RULES``."""
+    code, out, errors = _run("compare", str(path), *options, "--json")
+    if code != 0:
+        return {"exit": code, "error": masked("\n".join(errors))}
+    outputs: dict[str, object] = {"exit": 0, "report": masked(out)}
+    outputs["terminal"] = masked_text(_run("compare", str(path), *options)[1])
+    outputs["markdown"] = masked_text(_run("compare", str(path), *options, "--markdown")[1])
+    for name, extra in (("gate", ["--json"]), ("gate_text", [])):
+        code, out, errors = _run("gate", str(path), *options, *GATE_RULES, *extra)
+        outputs[name] = {"exit": code, "output": masked(out) if extra else masked_text(out), "errors": errors}
+    return outputs
 
 
 def recorded() -> dict[str, dict[str, object]]:

@@ -1,5 +1,6 @@
-"""``rollaudit compare --json`` of every corpus run says what the recorded reports say, byte for byte but for the
-timings (``tests/corpus_reports.py``, recorded with the code before a change that keeps every number)."""
+"""``rollaudit compare`` (JSON, terminal text, Markdown) and ``rollaudit gate`` of every corpus run say what the
+recorded outputs say, byte for byte but for the timings (``tests/corpus_reports.py``, recorded with the code before a
+change that keeps every number)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,18 @@ def test_compare_json_reports_what_it_reported(name):
     if actual["report"] != expected["report"]:
         where = _first_difference(json.loads(expected["report"]), json.loads(actual["report"]))
         pytest.fail(f"{name}: the report changed at {where}")
+    for output in ("terminal", "markdown", "gate", "gate_text"):
+        if actual[output] != expected[output]:
+            pytest.fail(f"{name}: the {output} output changed at {_first_line_difference(expected, actual, output)}")
+
+
+def _first_line_difference(expected: dict, actual: dict, output: str) -> str:
+    def lines(outcome: object) -> list[str]:
+        text = outcome if isinstance(outcome, str) else json.dumps(outcome, indent=1, sort_keys=True)
+        return text.splitlines()
+
+    before, after = lines(expected[output]), lines(actual[output])
+    for number, (left, right) in enumerate(zip(before, after, strict=False), start=1):
+        if left != right:
+            return f"line {number}: {left!r} != {right!r}"
+    return f"line {min(len(before), len(after)) + 1}: {len(before)} lines != {len(after)}"
