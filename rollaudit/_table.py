@@ -52,6 +52,8 @@ CANONICAL_COLUMNS = (
     RECORDED_ADVANTAGE,
 )
 KEY_COLUMNS = (PROMPT, TRAJECTORY)
+AUDITED_COLUMNS = (STEP, POSITION, PROMPT, TRAJECTORY, REWARD, RESPONSE_LENGTH, RECORDED_ADVANTAGE)
+"""The columns an audit reads as whole arrays (the others, a few values at a time)."""
 # Passed-through columns some presets read (prime-rl's): the seat, the env, the scoring order, the length counts.
 AGENT = "agent"
 ENV = "env"

@@ -216,6 +216,7 @@ STEP_GROUP_SIZES = "step group sizes"
 GROUP_COLUMNS = "group columns"
 HISTOGRAMS = "histograms"
 SCHEME_COLUMNS = "scheme columns"
+DISTRIBUTIONS = "distributions"
 _GROUP_TASKS = (STEP_GROUP_SIZES, GROUP_COLUMNS, HISTOGRAMS, SCHEME_COLUMNS)
 
 
@@ -223,13 +224,15 @@ _GROUP_TASKS = (STEP_GROUP_SIZES, GROUP_COLUMNS, HISTOGRAMS, SCHEME_COLUMNS)
 class _Computed:
     """What the audit's tasks made."""
 
-    values: dict[str, torch.Tensor]  # each auditable scheme's advantages, the recorded ones last
+    values: dict[str, torch.Tensor]  # the advantages kept: every row's where asked for (the recorded ones last),
+    # else the run's own scheme's where the audit made them
     tallies: dict[str, Tally]
     trained: TrainedWith
     detection: Detection | None
     groups: Groups | None  # the prompt groups, with their trajectories; None where the dump has none to tell
     groups_unavailable: str | None  # why not
     group_results: dict[str, Any]  # by task: step group sizes, group columns, histograms, scheme columns
+    distributions: Distributions | None
 
 
 def _compute(
@@ -239,10 +242,12 @@ def _compute(
     tol: float,
     recorded_tolerance: float,
     recorded_schemes: Iterable[str | Scheme],
+    keep_advantages: bool,
 ) -> _Computed:
-    """Run the audit's tasks on one pool, each beside other work: the schemes' advantages, then a metric pass per
-    scheme, and meanwhile what the prompt groups alone give. A scheme the dump cannot support leaves
-    ``plan.schemes`` for ``plan.not_auditable``, with its reason; the reference must run."""
+    """Run the audit's tasks on one pool, each beside other work: the schemes' advantages (meanwhile the prompt
+    groups), then a metric pass per scheme and the distributions, then, the advantages let go (but where kept), the
+    per-prompt rows. A scheme the dump cannot support leaves ``plan.schemes`` for ``plan.not_auditable``, with its
+    reason; the reference must run."""
     import torch
 
     from .engine.tally import Layout, Reference, start_tallies
@@ -303,27 +308,34 @@ def _compute(
             values[RECORDED_ROW] = torch.from_numpy(recorded_values(table)).to(encoded.device)
 
         # One pass per scheme, counted per prompt group: the steps', the run's and the prompts' counts come from
-        # it. Beside the passes, what the prompt groups alone give (started first: what waits for them starts
-        # after the passes).
+        # it; beside the passes, the trajectories of the prompt groups, and the distributions of the advantages.
         if groups is not None:
             work.start(PROMPT_GROUPS, partial(with_trajectories, encoded, groups))
         start_tallies(work, values, work.result(REFERENCE), layout, tol)
+        work.start(DISTRIBUTIONS, partial(_distributions, values, reference))
+        tallies: dict[str, Tally] = work.results(values)
+        distributions = work.result(DISTRIBUTIONS)
+        # Every pass has read the advantages: they are let go (the reference's too) before the per-prompt rows are
+        # made, but where they are kept, and the run's own scheme's (its rounding residues read them).
+        work.forget(REFERENCE)
+        assert trained is not None
+        held = values if keep_advantages else {name: values[name] for name in [str(trained.scheme)] if name in values}
+        del values
         if groups is not None:
             work.start(STEP_GROUP_SIZES, lambda: step_group_sizes(encoded, work.result(PROMPT_GROUPS)))
             work.start(GROUP_COLUMNS, lambda: group_columns(encoded, work.result(PROMPT_GROUPS)))
             work.start(HISTOGRAMS, lambda: histograms(work.result(PROMPT_GROUPS)))
-            work.start(SCHEME_COLUMNS, lambda: scheme_columns(groups, work.results(values), reference))
-        tallies = work.results(values)
+            work.start(SCHEME_COLUMNS, lambda: scheme_columns(groups, tallies, reference))
         group_results = {} if groups is None else work.results([PROMPT_GROUPS, *_GROUP_TASKS])
-    assert trained is not None
     return _Computed(
-        values=values,
+        values=held,
         tallies=tallies,
         trained=trained,
         detection=detection,
         groups=group_results.pop(PROMPT_GROUPS, None),
         groups_unavailable=unavailable,
         group_results=group_results,
+        distributions=distributions,
     )
 
 
@@ -393,7 +405,7 @@ def audit(
     partial = partial_groups(table)
     if partial is not None and not partial.whole:
         return _recorded_in_part(table, encoded, plan, partial, left_out, started)
-    computed = _compute(encoded, table, plan, tol, recorded_tolerance, recorded_schemes)
+    computed = _compute(encoded, table, plan, tol, recorded_tolerance, recorded_schemes, keep_advantages)
 
     info = _info(table, encoded)
     if left_out:
@@ -437,7 +449,7 @@ def audit(
         detection=computed.detection,
         step_groups=step_groups,
         advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
-        distributions=_distributions(computed.values, plan.reference),
+        distributions=computed.distributions,
     )
 
 

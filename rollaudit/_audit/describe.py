@@ -31,10 +31,12 @@ _KEY_COLUMNS = (STEP, PROMPT, TRAJECTORY)
 
 
 def _distinct_rows(table: pa.Table, keys: list[str]) -> int:
-    """Distinct combinations of ``keys`` (a null is a value of its own)."""
+    """Distinct combinations of ``keys`` (a null is a value of its own). The hash table's memory is given back as soon
+    as they are counted (Arrow's pool would keep it, beside the sorted copy of the rewards that follows)."""
     if table.num_rows == 0:
         return 0
     distinct: int = table.group_by(keys, use_threads=False).aggregate([]).num_rows
+    pa.default_memory_pool().release_unused()
     return distinct
 
 

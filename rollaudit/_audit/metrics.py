@@ -36,11 +36,12 @@ class Groups:
     """Prompt groups of a table and the trajectories inside them, for histograms and per-prompt rows.
 
     ``grouping`` holds the compact codes the ``prompt`` scheme groups by (gaps allowed); ``present`` the codes
-    that have rows, in (step, key) order, and the other per-group fields are for those, in that order.
+    that have rows (None where every code has), in (step, key) order, and the other per-group fields are for those,
+    in that order.
     """
 
     grouping: Grouping  # per row: its (step, prompt) group code; the code count, gaps included
-    present: torch.Tensor  # the codes with rows, ascending
+    present: torch.Tensor | None  # the codes with rows, ascending; None where every code has rows
     row: torch.Tensor  # per present group: one of its rows (every row of a group has its step and prompt key)
     step: torch.Tensor  # per present group: its step code
     samples: torch.Tensor  # per present group: sample count
@@ -67,27 +68,26 @@ def group_rows(enc: Encoded, n: int | None = None) -> Groups:
     group, count = grouping.codes, grouping.count
     # The sizes the kernel counted for the prompt scheme (shared segments): no second count over the rows.
     samples = grouping.segments.sizes.to(torch.int64)
-    present = torch.arange(count, device=enc.device) if bool((samples > 0).all()) else torch.nonzero(samples).flatten()
-    if count > 2 * present.numel() + 1024:
+    present = None if bool((samples > 0).all()) else torch.nonzero(samples).flatten()
+    if present is not None and count > 2 * present.numel() + 1024:
         # Sparse codes (keys with wide gaps): made dense, so that per-group counts stay as small as the groups.
         code_of = torch.full((count,), -1, dtype=torch.int64, device=enc.device)
         code_of[present] = torch.arange(present.numel(), device=enc.device)
         group, count = code_of.index_select(0, group), present.numel()
         grouping = Grouping(enc, group, count)
-        samples, present = samples.index_select(0, present), torch.arange(count, device=enc.device)
-    every = present.numel() == count
+        samples, present = samples.index_select(0, present), None
     # Any row of a group will do: each row writes its number to its group's slot (a plain scatter, half the
     # cost of finding the first).
     row = torch.empty(count, dtype=torch.int64, device=enc.device)
     for rows, numbers in pieces(enc.rows, torch.int64, enc.device):
         row.scatter_(0, group[rows], torch.arange(rows.start, rows.stop, out=numbers))
-    row = row if every else row.index_select(0, present)
+    row = row if present is None else row.index_select(0, present)
     return Groups(
         grouping=grouping,
         present=present,
         row=row,
         step=enc.step_of(row),
-        samples=samples if every else samples.index_select(0, present),
+        samples=samples if present is None else samples.index_select(0, present),
         largest=int(samples.max()) if count else 0,
     )
 
@@ -178,7 +178,7 @@ def group_columns(enc: Encoded, groups: Groups) -> dict[str, np.ndarray | list]:
 
 def _of_present(groups: Groups, per_code: torch.Tensor) -> torch.Tensor:
     """Values per group code, of the codes with rows only (the per-prompt rows)."""
-    return per_code if groups.present.numel() == groups.count else per_code.index_select(-1, groups.present)
+    return per_code if groups.present is None else per_code.index_select(-1, groups.present)
 
 
 def scheme_columns(

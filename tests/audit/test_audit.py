@@ -379,7 +379,7 @@ def test_tally_counts_each_step_whatever_the_order_of_the_group_codes():
         enc,
         reversed_codes,
         groups.count,
-        (groups.count - 1 - groups.present).flip(0),
+        None if groups.present is None else (groups.count - 1 - groups.present).flip(0),
         groups.step.flip(0),
         groups.largest,
     )

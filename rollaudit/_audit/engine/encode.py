@@ -103,8 +103,18 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def _numpy(column: pa.ChunkedArray, dtype: type) -> np.ndarray:
-    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return array.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    """A column's values as one numpy array: one chunk's own buffer where it can be, else one copy of the chunks
+    (numpy's memory, given back as soon as it is freed, where Arrow's pool would keep it)."""
+    if column.num_chunks == 1:
+        return column.chunk(0).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    if column.num_chunks == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.concatenate([chunk.to_numpy(zero_copy_only=False) for chunk in column.chunks]).astype(dtype, copy=False)
+
+
+def int64_values(column: pa.ChunkedArray) -> np.ndarray:
+    """An integer column without nulls as int64 numpy values (a view of a single int64 chunk's buffer)."""
+    return _numpy(column, np.int64)
 
 
 _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean)
@@ -112,10 +122,18 @@ _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
 
 def _arrow_codes(column: pa.ChunkedArray, name: str) -> tuple[torch.Tensor, int]:
     """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``)."""
+    if column.null_count == len(column):
+        return torch.full((len(column),), -1, dtype=torch.int64), 0
+    kind = column.type
+    if pa.types.is_integer(kind):
+        # Integer keys chunk by chunk into one numpy copy (no combined Arrow copy kept by Arrow's pool).
+        filled = pc.fill_null(column, int(pc.min(column).as_py())) if column.null_count else column
+        codes, count = compact_codes(_tensor(_numpy(filled, np.int64)))
+        if column.null_count:
+            codes = codes.clone()
+            codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1
+        return codes, count
     array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if array.null_count == len(array):
-        return torch.full((len(array),), -1, dtype=torch.int64), 0
-    kind = array.type
     if pa.types.is_dictionary(kind):
         array = array.dictionary_decode()
     elif not any(check(kind) for check in _KEY_TYPES):
@@ -285,7 +303,9 @@ class Encoded:
 
     @property
     def trajectory_count(self) -> int:
-        """How many trajectory codes there are (0: no row has a trajectory key)."""
+        """How many trajectory codes there are (0: no row has a trajectory key, and no code is made)."""
+        if self.table.column(TRAJECTORY).null_count == self.rows:
+            return 0
         return self.key_codes(TRAJECTORY)[1]
 
     @property

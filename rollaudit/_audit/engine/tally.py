@@ -115,9 +115,9 @@ class Layout:
         present_step: torch.Tensor | None = None,
         largest_group: int | None = None,
     ) -> Layout:
-        """The layout of prompt groups (``group`` codes, ``present``: the codes with rows, each with its step code
-        in ``present_step``; no group has more than ``largest_group`` samples), or of steps alone where ``group``
-        is None."""
+        """The layout of prompt groups (``group`` codes, ``present``: the codes with rows (None: every code), each
+        with its step code in ``present_step``; no group has more than ``largest_group`` samples), or of steps alone
+        where ``group`` is None."""
         by_step = step_segments(enc)
         lengths = enc.response_length
         weight = known_length = None
@@ -137,9 +137,9 @@ class Layout:
         if group is None:
             group_step = torch.arange(enc.steps, device=enc.device)
             return cls(enc.step, enc.steps, group_step, by_step, enc.steps, None, *shared)
-        assert present is not None and present_step is not None
+        assert present_step is not None
         in_order = enc.single_step or bool((present_step[1:] >= present_step[:-1]).all())
-        if present.numel() == group_count:  # every code has rows: their steps are the present ones'
+        if present is None or present.numel() == group_count:  # every code has rows: their steps are the present ones'
             group_step = present_step
         else:
             group_step = torch.zeros(group_count, dtype=torch.int64, device=enc.device)
@@ -187,14 +187,12 @@ class Reference:
 
     values: torch.Tensor
     sign: torch.Tensor  # int8 per row
-    code: torch.Tensor  # int8 per row: its sign + 4, which is the pair code less 3 x the scheme's sign
     any_nan: bool
     _squares: tuple[Layout, torch.Tensor] | None = None
 
     @classmethod
     def of(cls, values: torch.Tensor, tol: float) -> Reference:
-        signs = sign(values, tol)
-        return cls(values, signs, signs + 4, any_nan(values))
+        return cls(values, sign(values, tol), any_nan(values))
 
     def with_squares(self, layout: Layout) -> Reference:
         """This reference, its squares per step of ``layout`` made (see :meth:`squares`)."""
@@ -291,12 +289,12 @@ def tally(scheme: torch.Tensor, reference: Reference, layout: Layout, tol: float
         # The pair code, 3 x (the scheme's sign + 1) + the reference's sign + 1, in int8 (a pass over int8
         # costs a tenth of one over int64); the scheme's sign is above minus below the zero band.
         if itself:
-            pair = torch.add(reference.code[piece.rows], reference.sign[piece.rows], alpha=3, out=pair_buffer[:n])
+            pair = torch.mul(reference.sign[piece.rows], 4, out=pair_buffer[:n]).add_(4)
         else:
             is_above = torch.gt(s, tol, out=above[:n]).view(torch.int8)
             is_below = torch.lt(s, -tol, out=below[:n]).view(torch.int8)
             signs = torch.sub(is_above, is_below, out=signs_buffer[:n])
-            pair = torch.add(reference.code[piece.rows], signs, alpha=3, out=pair_buffer[:n])
+            pair = torch.add(reference.sign[piece.rows], signs, alpha=3, out=pair_buffer[:n]).add_(4)
             if defined is not None:  # left out: pair code 9
                 pair.masked_fill_(~defined, UNDEFINED)
         group, pair_index = layout.group[piece.rows], index[:n].copy_(pair)

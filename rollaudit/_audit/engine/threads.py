@@ -53,6 +53,10 @@ class SideBySide:
         """One task's result (waiting for it); its error if it failed."""
         return self._started[name].result()
 
+    def forget(self, name: str) -> None:
+        """Let go of a finished task's result (its memory, where nothing else holds it)."""
+        self._started.pop(name).result()
+
     def results(self, names: Iterable[str]) -> dict[str, Any]:
         """The results of ``names``, by name, in that order."""
         return {name: self.result(name) for name in names}

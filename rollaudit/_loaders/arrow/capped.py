@@ -156,10 +156,13 @@ def read_parquet_in_bound(path: Path, columns: list[str] | None) -> pa.Table | N
         return None
     texts = plan[0]
     try:
-        with pq.ParquetFile(path, read_dictionary=texts) as parquet:
+        # Not pre-buffered: a local file's column chunks are read as they are decoded, never held whole beside them.
+        with pq.ParquetFile(path, read_dictionary=texts, pre_buffer=False) as parquet:
             pieces = []
             held = 0
-            for run in _row_group_runs(parquet.metadata):
+            # Without text the footer's claim is what the read decodes to (rows times widths): one run, and each
+            # column comes in one chunk (read where it lies, never joined into a copy).
+            for run in _row_group_runs(parquet.metadata, whole=not texts):
                 piece = parquet.read_row_groups(run, columns=columns, use_threads=True)
                 held += _decoded_bytes(piece)
                 if held > budget:
@@ -219,10 +222,15 @@ def _footer_bound(parquet: Any, columns: list[str] | None, path: Path) -> tuple[
     return texts, claimed
 
 
-def _row_group_runs(metadata: Any) -> Iterator[list[int]]:
-    """Consecutive row groups, as few to a run as make ``_RUN_ROWS_PER_PIECE`` pieces' rows (one at least)."""
+def _row_group_runs(metadata: Any, whole: bool = False) -> Iterator[list[int]]:
+    """Consecutive row groups, as few to a run as make ``_RUN_ROWS_PER_PIECE`` pieces' rows (one at least); all of
+    them in one run where ``whole``."""
     from . import tables
 
+    if whole:
+        if metadata.num_row_groups:
+            yield list(range(metadata.num_row_groups))
+        return
     run: list[int] = []
     rows = 0
     for index in range(metadata.num_row_groups):

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ..._errors import InputError, UsageError, did_you_mean
 from ..._memory import with_small_pages
 from ..._table import (
+    AUDITED_COLUMNS,
     FORMATS_METADATA,
     PIECE_ROWS,
     POSITION,
@@ -293,7 +294,12 @@ def load(
             f"unknown format {options.format!r}{did_you_mean(options.format, FORMATS)}",
             expected=f"one of the formats rollaudit reads: {', '.join(FORMATS)}",
         )
-    files = expand_paths(path_or_paths)
+    # Read and joined in a function of its own, so that the files' tables are freed before their columns are joined.
+    return _in_one_chunk(_read_run(expand_paths(path_or_paths), options, on_file))
+
+
+def _read_run(files: list[Path], options: LoadOptions, on_file: ProgressCallback | None) -> pa.Table:
+    """The canonical table of ``files``, in step order, as the formats combine it (a chunk per file or piece)."""
     grouped: dict[str, tuple[list[Path], list[pa.Table]]] = {}
     cached: set[str] = set()
     for read in run_items(files, options, on_file, _detect_one_format()):
@@ -323,6 +329,29 @@ def load(
     if facts:
         table = with_facts(table, **facts)
     return with_found(table, found, notes) if found or notes else table
+
+
+def _in_one_chunk(table: pa.Table) -> pa.Table:
+    """The table with the columns an audit reads each in one chunk: the audit then reads them where they are, with
+    no copy of its own beside the caller's table. Each copy made here replaces the files' chunks, which are freed,
+    and the memory they held is given back before the next column is copied (Arrow's pool keeps what it frees)."""
+    pool = pa.default_memory_pool()
+    pool.release_unused()  # what the reads freed
+    for name in AUDITED_COLUMNS:
+        if name not in table.column_names:
+            continue
+        index = table.column_names.index(name)
+        column = table.column(index)
+        if column.num_chunks < 2 or column.null_count == len(column):  # no value to read: no buffer to join
+            continue
+        try:
+            joined = column.combine_chunks()
+        except (pa.ArrowCapacityError, pa.ArrowInvalid):  # text past 2 GiB: its offsets need chunks
+            continue
+        table = table.set_column(index, table.schema.field(index), [joined])
+        del column, joined
+        pool.release_unused()
+    return table
 
 
 def _read_again(paths: list[Path], options: LoadOptions, format_name: str) -> list[pa.Table]:

@@ -1,0 +1,95 @@
+"""What the audit of a big table holds and makes: integer keys coded step by step where the steps are long runs, no
+codes for keys no row has, the loaded table's audited columns in one chunk each (read in place, never copied), and
+the advantages let go before the per-prompt rows are made. Each path gives the numbers of the general one."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+import rollaudit
+import rollaudit._audit.engine.groups as groups_module
+from rollaudit._audit.engine.encode import encode
+from rollaudit._audit.engine.groups import grouping_of
+from rollaudit._table import AUDITED_COLUMNS, PROMPT, TRAJECTORY
+
+SAMPLES = rollaudit.__path__[0] + "/../sample_dumps"
+
+
+def _wide_keys_table(steps: int, rows_per_step: int, distinct: int, seed: int) -> pa.Table:
+    """Steps in order, each of ``rows_per_step`` rows, prompt keys drawn from ``distinct`` wide int64 ids (so that keys
+    repeat within and across steps), rewards with ties."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-(2**62), 2**62, distinct, dtype=np.int64)
+    return rollaudit.make_table(
+        reward=rng.integers(0, 3, steps * rows_per_step).astype(np.float64),
+        prompt=rng.choice(ids, steps * rows_per_step),
+        step=np.repeat(np.arange(steps) * 3 + 1, rows_per_step),
+    )
+
+
+def _report_text(table: pa.Table, schemes: list[str]) -> str:
+    report = rollaudit.audit(table, schemes=schemes, device="cpu", keep_advantages=True)
+    document = report.to_dict()
+    document["info"].pop("seconds")
+    advantages = report.advantages_by_scheme()
+    return json.dumps(document, sort_keys=True, default=str) + repr({k: v.tolist() for k, v in advantages.items()})
+
+
+@pytest.mark.parametrize(
+    ("distinct", "dense_everywhere"),
+    [(10**6, True), (40, False)],  # many keys: the pairs of the whole table are densified too; few: counted in bins
+)
+def test_wide_integer_keys_coded_step_by_step_group_as_over_the_whole_table(monkeypatch, distinct, dense_everywhere):
+    table = _wide_keys_table(steps=6, rows_per_step=groups_module.STEP_BY_STEP_ROWS + 88, distinct=distinct, seed=7)
+    prompt = rollaudit.get_scheme("prompt")
+    by_step = grouping_of(encode(table, "cpu"), prompt)
+    schemes = ["batch", "prompt", "dr-grpo", "prompt(scale=none)"]
+    stepwise = _report_text(table, schemes)
+    assert PROMPT not in encode(table, "cpu")._keys  # no code of the keys alone was made
+    monkeypatch.setattr(groups_module, "STEP_BY_STEP_ROWS", 10**9)  # the general path: a hash of the whole table
+    whole = grouping_of(encode(table, "cpu"), prompt)
+    assert by_step.count == int(by_step.codes.max()) + 1  # dense
+    if dense_everywhere:
+        assert torch.equal(by_step.codes, whole.codes) and by_step.count == whole.count
+    else:  # the general path leaves gaps: the same groups in the same order
+        assert torch.equal(torch.unique(whole.codes, return_inverse=True)[1], by_step.codes)
+    assert _report_text(table, schemes) == stepwise
+
+
+def test_keys_with_a_small_range_or_short_steps_take_the_general_path():
+    short = _wide_keys_table(steps=6, rows_per_step=groups_module.STEP_BY_STEP_ROWS - 1, distinct=50, seed=1)
+    assert groups_module._wide_keys_by_step(encode(short, "cpu"), PROMPT) is None
+    narrow = rollaudit.make_table(reward=np.zeros(4096), prompt=np.arange(4096) // 8, step=np.repeat([0, 1], 2048))
+    assert groups_module._wide_keys_by_step(encode(narrow, "cpu"), PROMPT) is None
+
+
+def test_no_code_is_made_for_trajectory_keys_no_row_has():
+    table = rollaudit.make_table(reward=[0.0, 1.0, 1.0, 0.0], prompt=[0, 0, 1, 1], step=[0, 0, 1, 1])
+    enc = encode(table, "cpu")
+    report = rollaudit.audit(table, device="cpu")
+    assert enc.trajectory_count == 0 and TRAJECTORY not in enc._keys
+    assert "trajectory" in report.not_auditable
+
+
+def test_load_joins_each_audited_column_into_one_chunk():
+    run = rollaudit.load(SAMPLES + "/verl/rollout_data")
+    files = rollaudit.expand_paths(SAMPLES + "/verl/rollout_data")
+    assert len(files) > 1
+    for name in AUDITED_COLUMNS:
+        column = run.column(name)
+        assert column.num_chunks == 1 or column.null_count == len(column), name
+    by_file = pa.concat_tables(rollaudit.load(path) for path in files)
+    assert run.column("reward").to_pylist() == by_file.column("reward").to_pylist()
+
+
+def test_the_advantages_are_kept_only_where_asked_for():
+    table = _wide_keys_table(steps=2, rows_per_step=64, distinct=20, seed=3)
+    kept = rollaudit.audit(table, device="cpu", keep_advantages=True)
+    assert kept.advantages is not None and kept.distributions is not None
+    assert rollaudit.audit(table, device="cpu").advantages is None
+    assert rollaudit.audit(table, device="cpu").distributions == kept.distributions
