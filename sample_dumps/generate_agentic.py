@@ -11,14 +11,14 @@ context resets, unnamed trajectories, dynamic sampling, multi-step trajectories.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+
+import samples_cli
 
 HERE = Path(__file__).resolve().parent
 
@@ -418,23 +418,7 @@ def write_all(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare the committed samples with fresh ones")
-    args = parser.parse_args(argv)
-    if not args.check:
-        for path in write_all(HERE):
-            print(f"wrote {HERE.name}/{path}")
-        return 0
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        differ = [
-            path
-            for path in write_all(root)
-            if not (HERE / path).is_file() or (HERE / path).read_bytes() != (root / path).read_bytes()
-        ]
-    for path in differ:
-        print(f"differs from a fresh sample: {HERE.name}/{path}", file=sys.stderr)
-    return 1 if differ else 0
+    return samples_cli.run(argv, __doc__ or "", HERE, write_all)
 
 
 if __name__ == "__main__":

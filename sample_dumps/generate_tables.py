@@ -12,13 +12,11 @@ the tables read back equal).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import random
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
+import samples_cli
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -468,21 +467,7 @@ def _same(committed: Path, fresh: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare the committed samples with fresh ones")
-    args = parser.parse_args(argv)
-    if not args.check:
-        for path in write_all(HERE):
-            print(f"wrote {HERE.name}/{path}")
-        return 0
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        differ = [
-            path for path in write_all(root) if not (HERE / path).is_file() or not _same(HERE / path, root / path)
-        ]
-    for path in differ:
-        print(f"differs from a fresh sample: {HERE.name}/{path}", file=sys.stderr)
-    return 1 if differ else 0
+    return samples_cli.run(argv, __doc__ or "", HERE, write_all, _same)
 
 
 if __name__ == "__main__":
