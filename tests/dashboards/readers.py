@@ -4,9 +4,14 @@ records of a W&B offline run (its ``.wandb`` file, decoded with W&B's own protoc
 from __future__ import annotations
 
 import json
+import signal
 import struct
+import subprocess
+import sys
+import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,3 +148,31 @@ def tree(directory: Path) -> dict[str, bytes | str]:
         else:
             found[name] = path.read_bytes()
     return found
+
+
+def watch_then_interrupt(
+    arguments: list[str],
+    records: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    steps: int = 2,
+    seconds: float = 120,
+    while_running: Callable[[], None] | None = None,
+) -> str:
+    """``rollaudit watch ARGUMENTS`` (with ``--jsonl RECORDS``) as a process, until ``steps`` records are written;
+    ``while_running`` is called then, before the Ctrl-C; the watch must exit 0. Its stderr."""
+    command = [sys.executable, "-m", "rollaudit", "watch", *arguments, "--jsonl", str(records)]
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and process.poll() is None:
+            if records.exists() and len(records.read_text().splitlines()) >= steps:
+                break
+            time.sleep(0.1)
+        if while_running is not None:
+            while_running()
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=seconds)
+    assert process.returncode == 0, stderr
+    return stderr

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from typer.testing import CliRunner
 import rollaudit
 from rollaudit._cli import app
 
-from .readers import event_files, tensorboard_accumulated, tensorboard_events, tree
+from .readers import event_files, tensorboard_accumulated, tensorboard_events, tree, watch_then_interrupt
 
 pytest.importorskip("tensorboard")
 
@@ -169,27 +168,13 @@ def tensorboard_events_of(path: Path) -> dict:
 def test_watch_flushes_each_step_and_ctrl_c_loses_none(tmp_path: Path) -> None:
     run_dir, records, board = tmp_path / "run", tmp_path / "audit.jsonl", tmp_path / "tb"
     shutil.copytree(VERL, run_dir)
-    command = [sys.executable, "-m", "rollaudit", "watch", str(run_dir), "--no-cache", "--jsonl", str(records)]
-    process = subprocess.Popen(
-        [*command, "--tensorboard", str(board)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and process.poll() is None:
-            if records.exists() and len(records.read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.1)
+
+    def each_step_on_disk() -> None:
         # Read while the watch still runs: each step is on disk as soon as its record is.
-        steps = {step for step, _ in tensorboard_events(board)[0]}
-        assert steps == {1, 2}
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr
+        assert {step for step, _ in tensorboard_events(board)[0]} == {1, 2}
+
+    arguments = [str(run_dir), "--no-cache", "--tensorboard", str(board)]
+    watch_then_interrupt(arguments, records, cwd=ROOT, seconds=90, while_running=each_step_on_disk)
     scalars, written, _ = tensorboard_events(board)
     assert {step for step, _ in scalars} == {1, 2} and set(written.values()) == {1}
 

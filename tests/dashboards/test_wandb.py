@@ -19,7 +19,7 @@ import pytest
 import rollaudit
 from rollaudit._render.dashboard import clean_label
 
-from .readers import tree, wandb_offline_runs
+from .readers import tree, wandb_offline_runs, watch_then_interrupt
 
 pytest.importorskip("wandb")
 
@@ -247,30 +247,9 @@ def test_option_mistakes_are_one_line(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_loses_no_step_already_audited(tmp_path: Path) -> None:
-    import signal
-    import time
-
     sandbox = Sandbox(tmp_path)
     run_dir, records = tmp_path / "run", tmp_path / "audit.jsonl"
     shutil.copytree(VERL, run_dir)
-    command = [sys.executable, "-m", "rollaudit", "watch", str(run_dir), "--no-cache", "--jsonl", str(records)]
-    process = subprocess.Popen(
-        [*command, "--wandb", PROJECT],
-        cwd=sandbox.cwd,
-        env=sandbox.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            if records.exists() and len(records.read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.1)
-    finally:
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    watch_then_interrupt([str(run_dir), "--no-cache", "--wandb", PROJECT], records, cwd=sandbox.cwd, env=sandbox.env)
     (run,) = wandb_offline_runs(sandbox.wandb_dir)
     assert [row["_step"] for row in run.history] == [1, 2]
