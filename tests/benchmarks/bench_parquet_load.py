@@ -42,7 +42,7 @@ GROUP = 8
 READERS = ("read_table", "load", "read", "child")
 
 
-def write_table(path: Path, rows: int, *, text_prompt: bool = False) -> Path:
+def write_table(path: Path, rows: int, *, text_prompt: bool = False, reward_type: str = "float32") -> Path:
     """A generic rollout table of ``rows`` rows (``STEPS`` steps, prompts of ``GROUP`` rows) as Parquet."""
     import numpy as np
     import pyarrow as pa
@@ -58,7 +58,7 @@ def write_table(path: Path, rows: int, *, text_prompt: bool = False) -> Path:
         {
             "step": np.repeat(np.arange(STEPS, dtype=np.int64), per_step),
             "prompt": prompt,
-            "reward": np.random.default_rng(0).random(rows, dtype=np.float32),
+            "reward": np.random.default_rng(0).random(rows, dtype=np.dtype(reward_type)),
         }
     )
     # Rewards plain (random floats do not dictionary-encode); a step's prompt texts fit one dictionary page.

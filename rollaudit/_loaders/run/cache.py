@@ -185,7 +185,7 @@ def _checked_entry(
     ``source`` and describes ``table``; None (a miss) for anything else."""
     from ..registry import FORMATS
 
-    if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned", "shape"}:
+    if not isinstance(stored, dict) or set(stored) != {"source", "format", "warned", "shape", "nulls"}:
         return None
     if stored["source"] != source or stored["format"] not in FORMATS or not isinstance(stored["warned"], list):
         return None
@@ -243,9 +243,10 @@ class Cache:
             status = os.fstat(descriptor)
             if not stat.S_ISREG(status.st_mode) or not _own(status):
                 return None  # a device, a FIFO, or another user's entry in a shared sticky directory
-            table = _read_entry(location, descriptor)
+            table, stored = _read_entry(location, descriptor)
             metadata = dict(table.schema.metadata or {})
-            checked = _checked_entry(json.loads(metadata.pop(_CACHE_METADATA_KEY)), self._source(item), table)
+            metadata.pop(_CACHE_METADATA_KEY)
+            checked = _checked_entry(stored, self._source(item), table)
             if checked is None:
                 return None
             return CacheEntry(format=checked[0], table=table.replace_schema_metadata(metadata), warned=checked[1])
@@ -277,6 +278,7 @@ class Cache:
             "format": format_name,
             "warned": [[_category_name(category), message] for category, message in warned],
             "shape": _shape(table),
+            "nulls": [name for name in table.column_names if _shared_nulls(table.column(name))],
         }
         metadata = dict(table.schema.metadata or {})
         metadata[_CACHE_METADATA_KEY] = json.dumps(stored).encode()
@@ -304,16 +306,44 @@ class Cache:
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _read_entry(location: Path, descriptor: int) -> pa.Table:
-    """The table of the entry open as ``descriptor``, read by the memory-capped reader that reads Parquet dumps (a
-    few kilobytes of Parquet can decode to gigabytes). Read through the descriptor where the system names it as a
-    path: the file checked is the file read, whatever has become of ``location`` since."""
+def _shared_nulls(column: pa.ChunkedArray) -> bool:
+    """Whether ``column`` is all null and of a type :func:`nulls` makes without writing its buffers."""
+    import pyarrow as pa
+
+    shared = (pa.int64(), pa.float64(), pa.string())
+    return len(column) > 0 and column.null_count == len(column) and column.type in shared
+
+
+def _read_entry(location: Path, descriptor: int) -> tuple[pa.Table, Any]:
+    """The table of the entry open as ``descriptor`` and its stored record, read by the memory-capped reader that
+    reads Parquet dumps (a few kilobytes of Parquet can decode to gigabytes). Read through the descriptor where the
+    system names it as a path: the file checked is the file read, whatever has become of ``location`` since.
+
+    The columns the record names as all null are not read but made as :func:`nulls` makes them, one block of
+    zeros the system never maps, as the loaders do: read, each would hold its rows' bytes (a 12M-row table's four
+    unknown columns, 350 MB). A record naming a column that held values would show nulls where a forger could as
+    well have written them."""
+    import pyarrow as pa
+
+    from ..._table import nulls
     from ..arrow import capped
 
     opened = Path(f"/proc/{os.getpid()}/fd/{descriptor}")
     source = opened if opened.exists() else location
     schema = capped.arrow_schema(source, "parquet")
-    return capped.read_arrow(source, "parquet", schema.names)
+    stored = json.loads((schema.metadata or {})[_CACHE_METADATA_KEY])
+    absent = set(stored.get("nulls", []) if isinstance(stored, dict) else [])
+    present = [name for name in schema.names if name not in absent]
+    if not present or len(present) + len(absent) != len(schema.names):
+        present = schema.names  # nothing to count the rows by, or names that are not the schema's: read it all
+    table = capped.read_arrow(source, "parquet", present)
+    if len(present) == len(schema.names):
+        return table, stored
+    columns = [
+        table.column(field.name) if field.name in table.column_names else nulls(table.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema), stored
 
 
 def _write_entry(location: Path, table: pa.Table) -> None:
