@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_scale.py            # verl runs of 400 and 2,000 steps, 3 rounds (~1.1 GB on disk)
     python tests/benchmarks/bench_scale.py --small    # 8 and 40 steps, 1 round (CI: reports only)
+    python tests/benchmarks/bench_scale.py --set ARROW_DEFAULT_MEMORY_POOL=system   # compare under a setting
 
 The runs are verl V1 rollout dumps (``rollout_data/{step}.jsonl``, ~460 KB a step, 1,024 outputs of 64 prompts),
 written by :func:`bench_whole_runs.write_verl`; the smaller run is the first steps of the larger one (hard links: the
@@ -156,7 +157,7 @@ COUNTS = ("nonzero", "nonzero_reference", "spurious_nonzero", "lost_signal", "co
 RATES = ("sign_flip_rate", "strict_flip_rate", "max_abs_diff", "mean_abs_diff", "advantage_cosine")
 
 
-def run_measured(command: list[str], output: Path) -> dict[str, float]:
+def run_measured(command: list[str], output: Path, env: dict[str, str] | None = None) -> dict[str, float]:
     """Run ``command`` (its stdout to ``output``): wall seconds, the peak of its process tree's summed resident sets
     (sampled) and the largest single process of the tree (``ru_maxrss`` over the command and its reaped
     descendants, from ``os.wait4``), in MB."""
@@ -164,7 +165,7 @@ def run_measured(command: list[str], output: Path) -> dict[str, float]:
 
     with output.open("wb") as sink:
         started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.PIPE)
+        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.PIPE, env=env)
         root = psutil.Process(child.pid)
         peak = 0
         while True:
@@ -233,7 +234,9 @@ def _run_of(source: Path, target: Path, steps: int) -> Path:
     return target
 
 
-def measure(sizes: tuple[int, int], rounds: int) -> dict[str, object]:
+def measure(sizes: tuple[int, int], rounds: int, settings: dict[str, str] | None = None) -> dict[str, object]:
+    """The numbers; ``settings``: environment variables for ``compare`` (not for pandas), e.g. its Arrow pool."""
+    env = {**os.environ, **settings} if settings else None
     small, large = sizes
     scratch_root = Path(tempfile.gettempdir())
     needed = BYTES_PER_STEP * large * 1.2
@@ -255,7 +258,7 @@ def measure(sizes: tuple[int, int], rounds: int) -> dict[str, object]:
                 run = runs[size]
                 report, pandas = base / f"report_{size}.json", base / f"pandas_{size}.json"
                 compare = [sys.executable, "-m", "rollaudit", "compare", str(run), "--no-cache", "--json"]
-                measured[size]["compare"].append(run_measured(compare, report))
+                measured[size]["compare"].append(run_measured(compare, report, env))
                 measured[size]["pandas"].append(run_measured([sys.executable, str(script), str(run)], pandas))
                 agree[size] = agree[size] and reports_agree(report, pandas)
                 print(f"round {round_ + 1}/{rounds}, {size} steps:", json.dumps(measured[size]), file=sys.stderr)
@@ -298,6 +301,7 @@ def measure(sizes: tuple[int, int], rounds: int) -> dict[str, object]:
         ),
         "pandas_peak_ratio": round(medians[large]["pandas"]["peak_mb"] / medians[small]["pandas"]["peak_mb"], 3),
         "rounds": rounds,
+        "compare_settings": settings or {},
     }
     return results
 
@@ -307,9 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="8 and 40 steps, one round: reports only")
     parser.add_argument("--steps", type=int, nargs=2, default=(400, 2000), metavar=("SMALL", "LARGE"))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="an environment variable for compare alone"
+    )
     args = parser.parse_args(argv)
     sizes, rounds = ((8, 40), 1) if args.small else (tuple(sorted(args.steps)), args.rounds)
-    print(json.dumps(measure(sizes, rounds), indent=2))
+    settings = dict(setting.split("=", 1) for setting in args.set)
+    print(json.dumps(measure(sizes, rounds, settings), indent=2))
     return 0
 
 
