@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pytest
 
 import rollaudit
+
+# The sample generators import their shared command line (samples_cli) as scripts do, from their own folder.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_dumps"))
 
 
 @pytest.fixture(autouse=True, scope="session")
