@@ -115,3 +115,44 @@ def test_fields_of_any_name(tmp_path: Path, name: str):
     schema = pa.schema([(name, pa.float64()), ("score", pa.float64())])
     fast, reference = _both(path, schema)
     assert fast == reference and fast[0] == "read", (fast, reference)
+
+
+NAMES = ("env_info", "reward_info")
+TEXTS = {
+    "plain": '{"env_info": {"tag": "a", "seed": 1}, "reward_info": {"step_rewards": [1, 2.5]}, "messages": "long"}',
+    "spaces around": '  {"env_info": {}}\n',
+    "one field": '{"reward_info": {"step_rewards": [0]}}',
+    "none": '{"other": 1}',
+    "NaN read": '{"reward_info": {"step_rewards": [NaN]}}',
+    "NaN not read": '{"reward_info": {}, "other": Infinity}',
+    "a number past the largest double read": '{"reward_info": {"episode_reward": 1e400}}',
+    "a number past the largest double not read": '{"reward_info": {}, "other": -1e400}',
+    "an integer past 64 bits read": '{"reward_info": {"step_rewards": [1180591620717411303424]}}',
+    "an integer past what Python reads": '{"reward_info": {}, "other": ' + "9" * 5000 + "}",
+    "a lone surrogate read": '{"env_info": {"tag": "\\ud800"}}',
+    "a lone surrogate not read": '{"env_info": {}, "other": "\\udc00"}',
+    "a key read twice": '{"env_info": {"tag": 1}, "env_info": {"tag": 2}}',
+    "a key twice inside": '{"env_info": {"tag": 1, "tag": 2}}',
+    "a key written with escapes": '{"env\\u005finfo": {"t\\u0061g": "x"}}',
+    "keys of other characters": '{"env_info": {"é": 1, "a\\"b": 2}}',
+    "deep": '{"env_info": 1, "other": ' + "[" * 995 + "]" * 995 + "}",
+    "a list": "[1, 2]",
+    "null": "null",
+    "truncated": '{"env_info": {',
+    "a BOM": '\ufeff{"env_info": {}}',
+    "trailing data": '{"env_info": {}} {}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEXTS))
+def test_object_fields_read_as_pythons_json_reads_them(case: str):
+    def outcome(read):
+        try:
+            value = read(TEXTS[case])
+        except (ValueError, RecursionError) as error:
+            return "refused", type(error).__name__
+        if isinstance(value, dict):
+            value = {name: value[name] for name in NAMES if name in value}
+        return "read", json.dumps(value)  # NaN and infinities compare as their literals
+
+    assert outcome(lambda text: json_lines.object_fields(text, NAMES)) == outcome(json.loads)

@@ -23,6 +23,8 @@ import io
 import itertools
 import json
 import re
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -74,8 +76,8 @@ def _read_fields_only(data: bytes, schema: pa.Schema, path: Path) -> pa.Table | 
     import msgspec
     import numpy as np
 
-    if not all(name.isascii() and name.isprintable() and '"' not in name and "\\" not in name for name in schema.names):
-        return None  # msgspec matches no key of other characters
+    if not _plain_names(schema.names):
+        return None
     body = data.removeprefix(tables.BOM)
     try:
         values = _fields_decoder(tuple(schema.names)).decode_lines(body)
@@ -94,14 +96,38 @@ def _read_fields_only(data: bytes, schema: pa.Schema, path: Path) -> pa.Table | 
             return None
         columns.append(column)
     quotes = np.flatnonzero(view == 34)
+    following = view[np.minimum(quotes + 1, len(view) - 1)]
     for name, column in zip(schema.names, columns, strict=True):
-        appears = _occurrences(view, quotes, json.dumps(name).encode())
+        appears = _occurrences(view, quotes, following, json.dumps(name).encode())
         if appears == 0 or (appears <= len(values) and column.null_count == 0):
             continue
         if appears > len(values) - sum(name not in value for value in values):
             return None  # some line may hold the field twice: the whole parse tells
     table = pa.table(columns, schema=schema)
     return tables.check_values(table, path, locate=lambda: _locate_json_problem(path, None, None))
+
+
+def object_fields(text: str, names: tuple[str, ...]) -> Any:
+    """The JSON text ``text`` as Python's json reads it, where it is an object only its fields ``names`` (the others
+    checked and skipped by msgspec, no Python object built for them). Python's json reads it wherever msgspec's
+    answer could differ: a text msgspec refuses (NaN, lone surrogates, not an object, nesting past its limit), one
+    that may nest deep (Python's json's limit is near msgspec's but not the same) or may hold an integer longer than
+    Python reads (4,300 digits by default)."""
+    import msgspec
+
+    digits = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if (digits == 0 or len(text) <= digits) and text.count("[") + text.count("{") < 256 and _plain_names(names):
+        try:
+            return _fields_decoder(names).decode(text)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass
+    return json.loads(text)
+
+
+def _plain_names(names: Iterable[str]) -> bool:
+    """Whether msgspec matches every key of ``names`` (printable ASCII, no quote or backslash): it matches no
+    other."""
+    return all(name.isascii() and name.isprintable() and '"' not in name and "\\" not in name for name in names)
 
 
 def _fields_decoder(names: tuple[str, ...]) -> Any:
@@ -181,13 +207,15 @@ _NUMBER_BYTES = frozenset(b"0123456789.-")
 _BEFORE_A_NUMBER = frozenset(b":,[ \t\r\n")
 
 
-def _occurrences(view: Any, quotes: Any, key: bytes) -> int:
-    """How often ``key`` (a quoted name) appears in the bytes ``view`` (overlaps counted: never fewer than
-    ``bytes.count``), from the positions of its quotes."""
-    candidates = quotes[quotes <= len(view) - len(key)]
-    for offset, byte in enumerate(key[1:], 1):
-        candidates = candidates[view[candidates + offset] == byte]
-    return len(candidates)
+def _occurrences(view: Any, quotes: Any, following: Any, key: bytes) -> int:
+    """How often ``key`` (a quoted name) appears in the bytes ``view``, from the positions of its quotes and the
+    bytes following them; never fewer than ``bytes.count`` finds (overlaps, and a byte past the end read as the
+    last, count)."""
+    import numpy as np
+
+    candidates = quotes[following == key[1]]
+    places = np.minimum(candidates[:, None] + np.arange(2, len(key)), len(view) - 1)
+    return int((view[places] == np.frombuffer(key, dtype=np.uint8)[2:]).all(axis=1).sum())
 
 
 def _refuse_repeated_fields(data: bytes, records: Records, table: pa.Table, path: Path) -> None:
