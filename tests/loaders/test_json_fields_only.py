@@ -16,6 +16,12 @@ from rollaudit._loaders.arrow import json_lines
 from .test_json_lines_fast_path import FILES, LINE, SCHEMA, THIRD_LINES, _flat_schema, _outcome
 
 
+@pytest.fixture(autouse=True)
+def _every_size(monkeypatch):
+    """Files of any size on the fields-only path (in use it takes the larger ones)."""
+    monkeypatch.setattr(json_lines, "_FIELDS_ONLY_BYTES", 0)
+
+
 def _both(path: Path, schema: pa.Schema) -> tuple[tuple, tuple]:
     def whole(path: Path, schema: pa.Schema) -> pa.Table:
         return json_lines._read_parsed_lines(json_lines._read_bytes(path), schema, path)

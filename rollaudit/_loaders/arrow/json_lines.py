@@ -76,18 +76,18 @@ def _read_fields_only(data: bytes, schema: pa.Schema, path: Path) -> pa.Table | 
     import msgspec
     import numpy as np
 
-    if not _plain_names(schema.names):
+    if len(data) < _FIELDS_ONLY_BYTES or not _plain_names(schema.names):
         return None
     body = data.removeprefix(tables.BOM)
+    view = np.frombuffer(body, dtype=np.uint8)
+    breaks = np.flatnonzero(view == 10)
+    if not _one_object_per_line(view, breaks) or _may_nest_too_deep(view, breaks) or _may_pass_largest_double(view):
+        return None  # (checked before msgspec decodes: what it would refuse is invalid JSON, which these pass on)
     try:
         values = _fields_decoder(tuple(schema.names)).decode_lines(body)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if not values:
-        return None
-    view = np.frombuffer(body, dtype=np.uint8)
-    breaks = np.flatnonzero(view == 10)
-    if not _one_object_per_line(view, breaks) or _may_pass_largest_double(view) or _may_nest_too_deep(view, breaks):
         return None
     columns = []
     for field in schema:
@@ -143,6 +143,9 @@ def _fields_decoder(names: tuple[str, ...]) -> Any:
 
 
 _FIELDS_DECODERS: dict[tuple[str, ...], Any] = {}
+_FIELDS_ONLY_BYTES = 1 << 17
+"""Below this size a file is parsed whole: the byte checks' fixed costs outweigh what skipping saves (a 38 KB
+tinker-cookbook file: 0.85 ms on that path, 0.71 ms parsed whole; a 400 KB verl file: 2.3 ms, 2.9 ms)."""
 
 
 def _one_object_per_line(view: Any, breaks: Any) -> bool:
