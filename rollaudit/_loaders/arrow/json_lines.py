@@ -2,11 +2,12 @@
 
 Where every field a format reads is a number, a string, a boolean or a short list of strings or ints (verl's
 score, step and uid; tinker-cookbook's summaries; ROLL's trajectories), each line is parsed by orjson (four times
-Python's json on these files) and the columns are built from its values; a column holding a value of another type
-(a string where a number was expected, an integer past 64 bits) is written again, those fields only, for
-pyarrow's JSON reader, which types it by its own rules and names the line of its error. Where a field read is an
-object, a list of lists or a value per token (token ids, chat messages, traces), pyarrow's reader reads the file
-itself: it types those faster than they can be built from Python's values.
+Python's json on these files) and the columns are built from its values (in a file of 128 KB or more, msgspec
+decodes those fields only, skipping the rest, wherever its answer is the whole parse's); a column holding a value
+of another type (a string where a number was expected, an integer past 64 bits) is written again, those fields
+only, for pyarrow's JSON reader, which types it by its own rules and names the line of its error. Where a field
+read is an object, a list of lists or a value per token (token ids, chat messages, traces), pyarrow's reader reads
+the file itself: it types those faster than they can be built from Python's values.
 
 A line orjson refuses is read by Python's json, as a file written by Python's json may hold what strict parsers
 refuse: ``NaN``, ``Infinity`` and ``-Infinity`` (a NaN reward is common) are read as such, and are written again
