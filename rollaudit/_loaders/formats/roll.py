@@ -13,7 +13,6 @@ through: ``tag`` (the environment type, which ``roll-grpo-tags`` groups by), ``e
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -35,6 +34,7 @@ _FILE = re.compile(r"^rollout_dump_data\.step_(\d+)\.jsonl$")
 _HEAD = re.compile(rb'^\s*\{\s*"trajectory_data"\s*:\s*\[')
 _SCHEMA = pa.schema([pa.field("trajectory_data", pa.list_(pa.string())), pa.field("global_step", pa.list_(pa.int64()))])
 _ENV_KEYS = ("tag", "group_id", "episode_id", "seed", "env_id")
+_TRAJECTORY_FIELDS = ("env_info", "reward_info")  # of a trajectory_data entry: the only ones read
 WEIGHTING = (
     "ROLL counts every environment step as a row of its statistics: a 5-step trajectory weighs 5 times in "
     "roll-grpo (the trajectory scheme counts it once)"
@@ -71,7 +71,7 @@ def _float(value: float) -> float:
 def _trajectory(text: Any, path: Path, row: int) -> dict:
     """One ``trajectory_data`` entry: its env_info keys and step rewards, checked."""
     try:
-        data = json.loads(text)
+        data = json_lines.object_fields(text, _TRAJECTORY_FIELDS)
     except (ValueError, RecursionError):
         raise InputError("is not a JSON object", file=str(path), field="trajectory_data", row=row) from None
     env = data.get("env_info") if isinstance(data, dict) else None
