@@ -2,10 +2,13 @@
 
     python tests/benchmarks/bench_startup.py               # 7 rounds
     python tests/benchmarks/bench_startup.py --small       # 1 round (CI: reports only)
+    python tests/benchmarks/bench_startup.py --no-bytecode # every module compiled from source, every run
 
 Whole processes, rounds interleaved (medians): ``python -c "import torch"`` (the floor every audit pays), then
 ``rollaudit compare <sample> --no-cache``, the same read from a warm cache, and ``rollaudit gate <sample>`` with
 one rule. Each command's excess is its median minus import torch's: the imports and work of rollaudit itself.
+Modules' bytecode is cached as an installed package's is (in a scratch ``PYTHONPYCACHEPREFIX``, filled by a first
+run of each command), unless ``--no-bytecode``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def _run(command: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def measure(rounds: int) -> dict[str, float]:
+def measure(rounds: int, bytecode: bool = True) -> dict[str, float]:
     rollaudit = [sys.executable, "-m", "rollaudit"]
     commands = {
         "import_torch": [sys.executable, "-c", "import torch"],
@@ -43,8 +46,14 @@ def measure(rounds: int) -> dict[str, float]:
     }
     times: dict[str, list[float]] = {name: [] for name in commands}
     with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "XDG_CACHE_HOME": scratch}
-        _run(commands["compare_cached"], env)  # fills the cache the cached rounds read
+        env = {**os.environ, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
+        if bytecode:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "bytecode")
+        else:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        for command in commands.values():  # the bytecode written, the cache the cached rounds read filled
+            _run(command, env)
         for _ in range(rounds):
             for name, command in commands.items():
                 times[name].append(_run(command, env))
@@ -53,6 +62,7 @@ def measure(rounds: int) -> dict[str, float]:
     for name in ("compare_no_cache", "compare_cached", "gate"):
         results[f"{name}_excess_s"] = round(medians[name] - medians["import_torch"], 3)
     results["rounds"] = rounds
+    results["bytecode"] = bytecode
     return results
 
 
@@ -60,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="one round: reports only")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-bytecode", action="store_true", help="compile every module from source, every run")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(1 if args.small else args.rounds), indent=2))
+    print(json.dumps(measure(1 if args.small else args.rounds, bytecode=not args.no_bytecode), indent=2))
     return 0
 
 
