@@ -28,9 +28,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ._errors import InputError
+
+# pyarrow.compute is imported where it is used: the table reader's child starts without it (a tenth of a second).
 
 STEP = "step"
 POSITION = "position"
@@ -298,11 +299,15 @@ def make_table(
 
 def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
     """Row index of the first true value (mask has no nulls)."""
+    import pyarrow.compute as pc
+
     return int(pc.index(mask, True).as_py())
 
 
 def _first_past_int64(column: pa.Array | pa.ChunkedArray) -> int | None:
     """The first row of an unsigned integer column past int64 (the one a cast to int64 refused), else None."""
+    import pyarrow.compute as pc
+
     if not pa.types.is_unsigned_integer(column.type):
         return None
     row = int(pc.index(pc.fill_null(pc.greater(column, pa.scalar((1 << 63) - 1, pa.uint64())), False), True).as_py())
@@ -317,6 +322,8 @@ def validate_table(table: pa.Table, *, source: str | None = None) -> pa.Table:
     none is allowed raises :class:`InputError` naming the column and the first
     bad row.
     """
+    import pyarrow.compute as pc
+
     if not isinstance(table, pa.Table):
         raise InputError(f"expected a pyarrow.Table, got {type(table).__name__}", file=source)
     missing = [name for name in (STEP, POSITION, REWARD) if name not in table.column_names]
@@ -575,6 +582,8 @@ def select_steps(table: pa.Table, steps: str | int | Iterable[int]) -> pa.Table:
     >>> select_steps(t, "2-3").column("reward").to_pylist()
     [2.0, 3.0]
     """
+    import pyarrow.compute as pc
+
     from ._errors import UsageError
 
     ranges = parse_steps(steps)
@@ -608,6 +617,8 @@ def key_matches(column: pa.Array | pa.ChunkedArray, key: str | int, what: str = 
     as one space, control characters as escapes), or cut short and ended with ``…`` as a table shows a long key,
     when it starts one key only. A key no row holds is a :class:`~rollaudit.UsageError` that
     names a few keys there are (``what``: the kind of key, as the line calls it)."""
+    import pyarrow.compute as pc
+
     from ._errors import UsageError, did_you_mean, visible
 
     wanted = str(key)

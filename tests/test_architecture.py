@@ -25,6 +25,7 @@ LAYERS = (
             "rollaudit._table",
             "rollaudit._output",
             "rollaudit._json",
+            "rollaudit._pandas_import",
         ),
     ),
     ("loaders", ("rollaudit._loaders",)),

@@ -13,7 +13,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from .._errors import SchemeError
@@ -31,6 +30,7 @@ from .._table import (
     notes_in,
     validate_table,
 )
+from .columns import Columns
 from .fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, detect_by_cells, has_recorded, recorded_values
 from .partial import PartialGroups, partial_groups
 from .parts import split_parts
@@ -415,13 +415,12 @@ def audit(
     if computed.groups_unavailable is not None:
         info["per_prompt_unavailable"] = computed.groups_unavailable
     summary, per_step = _summary_and_steps(encoded, computed.tallies)
-    prompts, step_groups, group_histograms = _prompt_frames(computed, info)
+    prompts, step_groups, group_histograms = _prompt_tables(computed, info)
     if plan.no_trajectory is not None:
         # Without a trajectory key a count of trajectories would be a count of samples: none is stated.
         info["trajectories"] = None
         group_histograms = {name: sizes for name, sizes in group_histograms.items() if "trajector" not in name}
-        prompts = prompts.drop(columns=["trajectories"], errors="ignore")
-        step_groups = step_groups.drop(columns=["trajectories"], errors="ignore")
+        prompts, step_groups = prompts.without("trajectories"), step_groups.without("trajectories")
     notes = {name: scheme_notes(encoded, scheme) for name, scheme in plan.schemes.items()}
     if any(notes.values()):
         info["scheme_notes"] = {name: lines for name, lines in notes.items() if lines}
@@ -441,13 +440,13 @@ def audit(
         schemes=list(plan.schemes),
         not_auditable=plan.not_auditable,
         trained_with=trained,
-        summary=summary,
-        per_step=per_step,
-        per_prompt=prompts,
+        summary_table=summary,
+        per_step_table=per_step,
+        per_prompt_table=prompts,
         histograms=group_histograms,
         info=info,
         detection=computed.detection,
-        step_groups=step_groups,
+        step_groups_table=step_groups,
         advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
         distributions=computed.distributions,
     )
@@ -494,16 +493,17 @@ def _recorded_in_part(
         info["not_trained"] = left_out
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
-    summary = pd.DataFrame(columns=list(METRICS), index=pd.Index([], name="scheme"))
-    per_step = pd.DataFrame(columns=["step", "scheme", *METRICS]).set_index(["step", "scheme"])
+    nothing = {metric: np.zeros(0) for metric in METRICS}
     return Report(
         reference=plan.reference,
         schemes=[],
         not_auditable=not_auditable,
         trained_with=trained,
-        summary=summary,
-        per_step=per_step,
-        per_prompt=pd.DataFrame(),
+        summary_table=Columns({"scheme": np.zeros(0, dtype=object), **nothing}, ("scheme",)),
+        per_step_table=Columns(
+            {"step": np.zeros(0, dtype=np.int64), "scheme": np.zeros(0, dtype=object), **nothing}, ("step", "scheme")
+        ),
+        per_prompt_table=Columns({}),
         histograms={},
         info=info,
     )
@@ -555,23 +555,17 @@ def _kept_advantages(table: pa.Table, values: dict[str, torch.Tensor]) -> pa.Tab
     )
 
 
-def _prompt_frames(
-    computed: _Computed, info: dict[str, Any]
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict[int, int]]]:
-    """``Report.per_prompt``, ``Report.step_groups`` and the group-size histograms (empty without prompt groups);
-    ``info`` gets the counts of prompts and trajectories."""
+def _prompt_tables(computed: _Computed, info: dict[str, Any]) -> tuple[Columns, Columns, dict[str, dict[int, int]]]:
+    """``Report.per_prompt``, ``Report.step_groups`` (as columns) and the group-size histograms (empty without
+    prompt groups); ``info`` gets the counts of prompts and trajectories."""
     groups, results = computed.groups, computed.group_results
     if groups is None:
-        return pd.DataFrame(), pd.DataFrame(), {}
-    # The columns are this audit's own arrays: the frame takes them as they are (no copy into 2-D blocks).
-    prompts = pd.DataFrame({**results[GROUP_COLUMNS], **results[SCHEME_COLUMNS]}, copy=False)
+        return Columns({}), Columns({}), {}
+    prompts = Columns({**results[GROUP_COLUMNS], **results[SCHEME_COLUMNS]})
     info["prompts"] = len(prompts)
     assert groups.trajectories is not None
     info["trajectories"] = int(groups.trajectories.sum())
-    step_groups = pd.DataFrame(results[STEP_GROUP_SIZES])
-    if not step_groups.empty:
-        step_groups = step_groups.set_index("step")
-    return prompts, step_groups, results[HISTOGRAMS]
+    return prompts, Columns(results[STEP_GROUP_SIZES], ("step",)), results[HISTOGRAMS]
 
 
 def _trained_residues(
@@ -592,29 +586,34 @@ def _trained_residues(
     return None if residues is None else {"scheme": trained.scheme, **residues._asdict()}
 
 
-def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``Report.summary`` (a row per scheme) and ``Report.per_step`` (a row per step and scheme) from the passes."""
+def _summary_and_steps(encoded: Encoded, tallies: dict[str, Tally]) -> tuple[Columns, Columns]:
+    """``Report.summary`` (a row per scheme) and ``Report.per_step`` (a row per step and scheme) from the passes,
+    as columns."""
     from .metric_names import COUNT_METRICS, METRICS
     from .metrics import metrics_of
 
-    summary_rows, step_frames = {}, []
+    totals: dict[str, list[Any]] = {metric: [] for metric in METRICS}
+    by_steps: dict[str, list[Any]] = {metric: [] for metric in METRICS}
     steps = np.asarray(encoded.step_values, dtype=np.int64)
-    for name, scheme in tallies.items():
+    for scheme in tallies.values():
         by_step = metrics_of(scheme.per_step)
         total = by_step if encoded.steps == 1 else metrics_of(scheme.per_step.whole())
-        summary_rows[name] = {metric: total[metric][0] for metric in METRICS}
-        # A frame of columns per scheme, never a Python object per step: a run may have as many steps as samples.
-        names = np.full(len(steps), name, dtype=object)
-        step_frames.append(
-            pd.DataFrame({"step": steps, "scheme": names, **{metric: by_step[metric] for metric in METRICS}})
-        )
-    summary = pd.DataFrame.from_dict(summary_rows, orient="index", columns=list(METRICS))
-    summary.index.name = "scheme"
-    per_step = pd.concat(step_frames, ignore_index=True).set_index(["step", "scheme"])
-    counts = [metric for metric in METRICS if metric in COUNT_METRICS]
-    summary[counts] = summary[counts].astype("int64")
-    per_step[counts] = per_step[counts].astype("int64")
-    return summary, per_step
+        for metric in METRICS:
+            totals[metric].append(total[metric][0])
+            by_steps[metric].append(by_step[metric])
+    # Columns, never a Python object per step: a run may have as many steps as samples.
+    names = [np.full(len(steps), name, dtype=object) for name in tallies]
+    summary: dict[str, Any] = {"scheme": list(tallies)}
+    per_step: dict[str, Any] = {
+        "step": np.concatenate([steps] * len(tallies)) if tallies else steps[:0],
+        "scheme": np.concatenate(names) if tallies else np.zeros(0, dtype=object),
+    }
+    for metric in METRICS:
+        kind = np.int64 if metric in COUNT_METRICS else np.float64
+        summary[metric] = np.array(totals[metric]).astype(kind, copy=False)
+        values = np.concatenate(by_steps[metric]) if tallies else np.zeros(0)
+        per_step[metric] = values.astype(np.int64, copy=False) if metric in COUNT_METRICS else values
+    return Columns(summary, ("scheme",)), Columns(per_step, ("step", "scheme"))
 
 
 def _info(table: pa.Table, encoded: Encoded) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import torch
 
 from .._table import PROMPT
+from .columns import Masked
 from .engine.encode import F64, Encoded
 from .engine.groups import Grouping, grouping_of
 from .engine.sizing import counted_in_bins, pieces
@@ -181,9 +181,7 @@ def _of_present(groups: Groups, per_code: torch.Tensor) -> torch.Tensor:
     return per_code if groups.present is None else per_code.index_select(-1, groups.present)
 
 
-def scheme_columns(
-    groups: Groups, tallies: dict[str, Tally], reference: str
-) -> dict[str, np.ndarray | pd.api.extensions.ExtensionArray]:
+def scheme_columns(groups: Groups, tallies: dict[str, Tally], reference: str) -> dict[str, np.ndarray | Masked]:
     """The per-prompt columns of the schemes, one row per (step, prompt): whether the reference gives it no
     signal, and per scheme its mean advantage, sign flips and spurious advantages against the reference
     (nullable integers), from each scheme's tally."""
@@ -207,9 +205,9 @@ def scheme_columns(
         counts[f"flips:{name}"] = of_present(scheme.group_count("flipped")), nothing
         counts[f"spurious:{name}"] = of_present(scheme.group_count("spurious")), nothing
         order += [f"flips:{name}", f"spurious:{name}"]
-    result = {name: values.cpu().numpy() for name, values in columns.items()}
+    result: dict[str, np.ndarray | Masked] = {name: values.cpu().numpy() for name, values in columns.items()}
     for name, (values, missing) in counts.items():
-        result[name] = pd.arrays.IntegerArray(values.cpu().numpy(), missing.cpu().numpy())
+        result[name] = Masked(values.cpu().numpy(), missing.cpu().numpy())
     return {name: result[name] for name in order}
 
 

@@ -1,21 +1,25 @@
-"""The audit report: plain data (pandas and dicts), no torch, ready for any renderer."""
+"""The audit report: plain data (numpy columns and dicts; pandas DataFrames made of them on first access), no torch,
+ready for any renderer."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .._errors import UsageError
-from .._json import json_object, json_records
+from .._json import json_object
+from .._pandas_import import allow_pandas
 from .._table import ADVANTAGE_PREFIX, PROMPT, REWARD, STEP, TRAJECTORY, key_matches
+from .columns import Columns, descending, row_max
 from .trained import TrainedWith
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
 
     from .fit import Detection
@@ -33,14 +37,20 @@ class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
 
     CHUNK_STEPS = 4096
 
-    def __init__(self, frame: pd.DataFrame) -> None:
-        steps = frame.index.get_level_values(0)
-        codes, uniques = pd.factorize(steps)
+    def __init__(self, table: Columns) -> None:
+        steps = table.column("step")
+        if len(steps):
+            uniques, first, codes = np.unique(steps, return_index=True, return_inverse=True)
+            appearance = np.argsort(first, kind="stable")  # steps in the order they first appear
+            codes = np.argsort(appearance)[codes.reshape(-1)]
+            uniques = uniques[appearance]
+        else:
+            uniques, codes = steps, np.zeros(0, dtype=np.int64)
         self._steps = [str(step) for step in uniques.tolist()]
         self._index = {step: index for index, step in enumerate(self._steps)}
         self._order = np.argsort(codes, kind="stable")
         self._bounds = np.searchsorted(codes[self._order], np.arange(len(self._steps) + 1))
-        self._frame = frame
+        self._table = table
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -58,9 +68,9 @@ class StepRows(Mapping[str, dict[str, dict[str, Any]]]):
 
     def _chunk(self, first: int, last: int) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
         rows = self._order[self._bounds[first] : self._bounds[last]]
-        part = self._frame.iloc[rows]
-        records = json_records(part)
-        schemes = [str(scheme) for scheme in part.index.get_level_values(1).tolist()]
+        part = self._table.take(rows)
+        records = part.records()
+        schemes = [str(scheme) for scheme in part.column("scheme").tolist()]
         sizes = np.diff(self._bounds[first : last + 1]).tolist()
         at = 0
         for step, size in zip(self._steps[first:last], sizes, strict=True):
@@ -128,23 +138,54 @@ class Report:
 
     reference: str
     schemes: list[str]
-    summary: pd.DataFrame
-    per_step: pd.DataFrame
-    per_prompt: pd.DataFrame
+    summary_table: Columns = field(repr=False)
+    per_step_table: Columns = field(repr=False)
+    per_prompt_table: Columns = field(repr=False)
     histograms: dict[str, dict[int, int]]
     info: dict[str, Any] = field(default_factory=dict)
     detection: Detection | None = field(default=None, repr=False)
-    step_groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    step_groups_table: Columns = field(default_factory=lambda: Columns({}), repr=False)
     advantages: pa.Table | None = field(default=None, repr=False)
     trained_with: TrainedWith = field(default_factory=lambda: TrainedWith(None, "unknown", "not audited"))
     not_auditable: dict[str, str] = field(default_factory=dict)
     distributions: Distributions | None = field(default=None, repr=False)
 
+    # The tables as pandas DataFrames for the library's users, made on first access (the renderers read the
+    # ``*_table`` columns: a command never imports pandas).
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        allow_pandas()
+        from .frames import summary_frame
+
+        return summary_frame(self.summary_table)
+
+    @cached_property
+    def per_step(self) -> pd.DataFrame:
+        allow_pandas()
+        from .frames import per_step_frame
+
+        return per_step_frame(self.per_step_table)
+
+    @cached_property
+    def per_prompt(self) -> pd.DataFrame:
+        allow_pandas()
+        from .frames import per_prompt_frame
+
+        return per_prompt_frame(self.per_prompt_table)
+
+    @cached_property
+    def step_groups(self) -> pd.DataFrame:
+        allow_pandas()
+        from .frames import step_groups_frame
+
+        return step_groups_frame(self.step_groups_table)
+
     @property
     def trained_row(self) -> str | None:
         """The row of ``summary`` holding the run's own advantages (``recorded`` or its scheme's), if any."""
         row = self.trained_with.row
-        return row if row is not None and row in self.summary.index else None
+        return row if row is not None and row in self.summary_table.labels else None
 
     @property
     def advice(self) -> list[str]:
@@ -155,8 +196,7 @@ class Report:
         row = self.trained_row
         if row is None or row == self.reference:
             return []
-        metrics = self.summary.loc[row]
-        flips = metrics["sign_flip_rate"]
+        flips = self.summary_table.row(row)["sign_flip_rate"]
         if not (isinstance(flips, float) and math.isfinite(flips) and flips > 0):
             return []
         formats = self.info.get("formats", [])
@@ -174,10 +214,11 @@ class Report:
         for part in self.trained_with.parts:
             if part.scheme is None:
                 continue
-            if part.where is None and not self.per_step.empty:
-                steps = self.per_step.xs(row, level="scheme")["sign_flip_rate"]
-                within = steps[(steps.index >= part.steps[0]) & (steps.index <= part.steps[1])]
-                if not bool((within > 0).any()):
+            if part.where is None and not self.per_step_table.empty:
+                table = self.per_step_table
+                steps = table.column("step")
+                within = (table.column("scheme") == row) & (steps >= part.steps[0]) & (steps <= part.steps[1])
+                if not bool((table.floats("sign_flip_rate")[within] > 0).any()):
                     continue
             lines += [
                 f"{part_label(part)} ({part.scheme}): {line}"
@@ -209,6 +250,8 @@ class Report:
         (``rollaudit.audit(..., keep_advantages=True)``). The frame's ``attrs`` hold the ``prompt`` key and the
         ``reference``, for the renderers.
         """
+        allow_pandas()
+        import pandas as pd
         import pyarrow as pa
 
         advantages = self._kept()
@@ -234,6 +277,9 @@ class Report:
         One row per step: the sign-flip rate and non-zero inflation of every scheme but the reference,
         with the step's group sizes; worst first by the highest flip rate of any scheme.
         """
+        allow_pandas()
+        import pandas as pd
+
         per_step = self.per_step.reset_index()
         per_step = per_step[per_step["scheme"] != self.reference]
         if per_step.empty:
@@ -269,27 +315,87 @@ class Report:
         order = picked[spurious].max(axis=1).sort_values(ascending=False, kind="stable").index
         return picked.loc[order].head(limit)
 
+    # The same three tables as numpy columns, for the renderers (rows, order and types as the DataFrames').
+
+    def worst_step_table(self, limit: int = 5) -> Columns:
+        """``worst_steps`` as columns: ``step`` (the index), then as that frame's."""
+        table = self.per_step_table
+        others = table.column("scheme") != self.reference if len(table) else np.zeros(0, dtype=bool)
+        if not np.any(others):
+            return Columns({})
+        row_steps, row_schemes = table.column("step")[others], table.column("scheme")[others]
+        steps = np.unique(row_steps)
+        at = np.searchsorted(steps, row_steps)
+        data: dict[str, np.ndarray] = {"step": steps}
+        schemes = sorted(set(row_schemes.tolist()))
+        for metric in ("sign_flip_rate", "nonzero_inflation"):
+            values = table.floats(metric)[others]
+            for scheme in schemes:
+                mine = row_schemes == scheme
+                column = np.full(len(steps), np.nan)
+                column[at[mine]] = values[mine]
+                data[f"{metric}:{scheme}"] = column
+        flips = [data[f"sign_flip_rate:{scheme}"] for scheme in schemes]
+        data["worst_flip_rate"] = worst = row_max(flips, len(steps))
+        groups = self.step_groups_table
+        if not groups.empty:  # joined on the step: a step without groups makes the columns float, NaN there
+            group_steps = groups.column("step")
+            sorter = np.argsort(group_steps, kind="stable")
+            place = sorter[np.searchsorted(group_steps, steps, sorter=sorter).clip(max=len(group_steps) - 1)]
+            found = group_steps[place] == steps
+            for name in groups.names:
+                values = groups.column(name)
+                if found.all():
+                    data[name] = values[place]
+                else:
+                    data[name] = np.where(found, values[place].astype(np.float64), np.nan)
+        order = descending(worst)
+        return Columns(data, ("step",)).take(order[worst[order] > 0][:limit])
+
+    def worst_prompt_table(self, limit: int = 10) -> Columns:
+        """``worst_prompts`` as columns."""
+        table = self.per_prompt_table
+        flips = [name for name in table.names if name.startswith("flips:")]
+        spurious = [name for name in table.names if name.startswith("spurious:")]
+        if table.empty or not flips:
+            return table.head(0)
+        most_flips = row_max([table.floats(name) for name in flips], len(table))
+        most_spurious = row_max([table.floats(name) for name in spurious], len(table))
+        order = descending(most_flips, most_spurious, table.floats("samples"))
+        return table.take(order[most_flips[order] > 0][:limit])
+
+    def silent_prompt_table(self, limit: int = 10) -> Columns:
+        """``silent_prompts`` as columns."""
+        table = self.per_prompt_table
+        spurious = [name for name in table.names if name.startswith("spurious:")]
+        if table.empty or not spurious:
+            return table.head(0)
+        most = row_max([table.floats(name) for name in spurious], len(table))
+        picked = np.flatnonzero(table.column("no_signal") & (most > 0))
+        return table.take(picked[descending(most[picked])][:limit])
+
     def to_dict(self, lazy_steps: bool = False) -> dict[str, Any]:
         """A JSON-ready document, versioned by ``schema_version``.
 
         ``lazy_steps``: ``per_step`` as a :class:`StepRows` mapping, each step's rows made as they are read
         (writers that stream need not hold a Python object per step and scheme of a long run)."""
-        per_step = StepRows(self.per_step)
-        step_groups = dict(zip(map(str, self.step_groups.index), json_records(self.step_groups), strict=True))
+        per_step = StepRows(self.per_step_table)
+        groups = self.step_groups_table
+        step_groups = dict(zip(map(str, groups.labels), groups.records(), strict=True)) if len(groups) else {}
         document = {
             "schema_version": SCHEMA_VERSION,
             "reference": self.reference,
             "schemes": list(self.schemes),
             "info": self.info,
-            "summary": self.summary.to_dict(orient="index"),
+            "summary": self.summary_table.by_label(),
             "per_step": per_step if lazy_steps else dict(per_step),
             "histograms": {
                 name: {str(size): count for size, count in sizes.items()} for name, sizes in self.histograms.items()
             },
             "step_groups": step_groups,
-            "worst_steps": self.worst_steps(10).reset_index().to_dict(orient="records"),
-            "worst_prompts": self.worst_prompts().to_dict(orient="records"),
-            "silent_prompts": self.silent_prompts().to_dict(orient="records"),
+            "worst_steps": self.worst_step_table(10).records(with_index=True),
+            "worst_prompts": self.worst_prompt_table().records(),
+            "silent_prompts": self.silent_prompt_table().records(),
         }
         if self.recorded is not None:
             document["recorded"] = self.recorded

@@ -253,6 +253,9 @@ def _degrade_unencodable_output() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script ``rollaudit``."""
+    from .._pandas_import import pandas_refused
+
     prefer_small_pages()
     _degrade_unencodable_output()
-    typer.main.get_command(app).main(args=argv, prog_name="rollaudit")
+    with pandas_refused():
+        typer.main.get_command(app).main(args=argv, prog_name="rollaudit")

@@ -49,8 +49,8 @@ def baseline_document(report: Report) -> dict[str, Any]:
             "samples": report.info.get("samples"),
             "steps": report.info.get("step_values", []),
             "summary": {
-                str(scheme): {metric: row[metric] for metric in METRICS if metric in row.index}
-                for scheme, row in report.summary.iterrows()
+                str(scheme): {metric: row[metric] for metric in METRICS if metric in row}
+                for scheme, row in report.summary_table.rows()
                 # The recorded row is data, not a scheme: a baseline holds what can be recomputed.
                 if scheme != RECORDED_ROW
             },

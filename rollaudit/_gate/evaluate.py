@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow.compute as pc
 
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
@@ -161,7 +162,7 @@ def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
     if row in report.not_auditable:
         why = f"{row} is not auditable on this dump ({report.not_auditable[row]})"
         return _not_evaluated(rule.name, why, "bound", rule.limit, limit_text)
-    measured = _number_or_none(report.summary.loc[row, rule.metric])
+    measured = _number_or_none(report.summary_table.value(row, rule.metric))
     if rule.checks_trainer:
         own = "its recorded advantages" if row == "recorded" else f"{row}, {report.trained_with.evidence}"
         target = f"the run's own advantages ({own}): {rule.metric} vs {report.reference}"
@@ -183,11 +184,15 @@ def _bound_result(rule: BoundRule, report: Report) -> RuleResult:
 
 def _worst_step(report: Report, row: str, rule: BoundRule) -> str:
     """Where a failing bound is worst, for a multi-step run."""
-    by_step = report.per_step.xs(row, level="scheme")[rule.metric].dropna()
-    if by_step.empty:
+    table = report.per_step_table
+    mine = table.column("scheme") == row
+    values, steps = table.floats(rule.metric)[mine], table.column("step")[mine]
+    defined = ~np.isnan(values)
+    if not defined.any():
         return ""
-    step = by_step.idxmax() if rule.op == "max" else by_step.idxmin()
-    return f"; worst at step {step}: {format_value(float(by_step[step]), rule.metric)}"
+    values, steps = values[defined], steps[defined]
+    at = int(np.argmax(values) if rule.op == "max" else np.argmin(values))  # the first of equals, as idxmax
+    return f"; worst at step {steps[at]}: {format_value(float(values[at]), rule.metric)}"
 
 
 def _first_row_where(mask: Any) -> int:
@@ -328,7 +333,7 @@ def _baseline_results(baseline: Baseline, report: Report, config: GateConfig) ->
             if tolerance is None:
                 continue  # only the metrics the tolerances name are checked once some are named
             name = f"baseline {scheme}:{metric}"
-            now = _number_or_none(report.summary.loc[scheme, metric])
+            now = _number_or_none(report.summary_table.value(scheme, metric))
             if metric not in stored:
                 message = f"{scheme}:{metric} is not in the baseline {baseline.path}; rewrite it with --write-baseline"
                 results.append(RuleResult(name, False, now, None, message, "baseline", "in the baseline"))
@@ -376,7 +381,7 @@ def evaluate(report: Report, table: pa.Table, config: GateConfig) -> GateResult:
     missing = [
         scheme
         for scheme in schemes_needed(config)
-        if scheme not in report.summary.index and scheme not in report.not_auditable
+        if scheme not in report.summary_table.labels and scheme not in report.not_auditable
     ]
     if missing:
         raise UsageError(

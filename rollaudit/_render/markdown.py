@@ -131,7 +131,7 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
         ] + [""]
     columns = list(METRIC_COLUMNS) + ([("unde-\nfined", "undefined", count)] if has_undefined(report) else [])
     rows = []
-    for scheme, row in report.summary.iterrows():
+    for scheme, row in report.summary_table.rows():
         label = Code(code(scheme) + (" (reference)" if scheme == report.reference else ""))
         cells = [formatter(row[metric]) for _, metric, formatter in columns]
         if scheme != report.reference and not undefined(row["sign_flip_rate"]) and row["sign_flip_rate"] > 0:

@@ -210,7 +210,7 @@ def _plain(value: str | Text) -> str:
 def metrics_table(report: Report) -> FittedTable:
     """One row per scheme, the spec's metrics against the reference."""
     info = report.info
-    reference_row = report.summary.loc[report.reference]
+    reference_row = report.summary_table.row(report.reference)
     caption = (
         f"non-zero under {report.reference}: {count(reference_row['nonzero_reference'])} of "
         f"{count(info.get('samples', 0))} samples; rates are shares of the {count(reference_row['compared'])} compared"
@@ -220,7 +220,7 @@ def metrics_table(report: Report) -> FittedTable:
         columns.append(("unde-\nfined", "undefined", count))
     rows: list[list[str | Text]] = []
     styles: list[str | None] = []
-    for scheme, row in report.summary.iterrows():
+    for scheme, row in report.summary_table.rows():
         is_reference = scheme == report.reference
         label = Text(str(scheme), style="bold italic" if scheme == RECORDED_ROW else "bold")
         label += Text(" (ref)", style="dim") if is_reference else Text("")
@@ -334,7 +334,7 @@ def render_compare(report: Report, load: Mapping[str, Any], top: int = 5) -> Ren
     ]
     if report.histograms:
         parts += [_histogram_grid(report), Text("")]
-    if report.reference in report.summary.index:
+    if report.reference in report.summary_table.labels:
         parts.append(metrics_table(report))
     if report.distributions is not None:
         parts += [Text(""), _Distributions(report)]

@@ -150,7 +150,8 @@ def one_line_header(header: str) -> str:
 
 
 def has_undefined(report: Report) -> bool:
-    return "undefined" in report.summary.columns and bool((report.summary["undefined"] > 0).any())
+    table = report.summary_table
+    return "undefined" in table.names and bool((table.floats("undefined") > 0).any())
 
 
 def steps_label(values: Sequence[int]) -> str:
@@ -268,11 +269,21 @@ def notes(report: Report) -> list[str]:
             "left out of every statistic and comparison"
         )
     # The recorded row's samples without a recorded value are counted by the recorded sentence, not here.
-    undefined = report.summary["undefined"].drop(RECORDED_ROW, errors="ignore") if has_undefined(report) else None
-    if undefined is not None and bool((undefined > 0).any()):
+    undefined = (
+        {
+            scheme: number_of
+            for scheme, number_of in zip(
+                report.summary_table.labels, report.summary_table.column("undefined").tolist(), strict=True
+            )
+            if scheme != RECORDED_ROW
+        }
+        if has_undefined(report)
+        else {}
+    )
+    if any(number_of > 0 for number_of in undefined.values()):
         where = [str(scheme) for scheme, number_of in undefined.items() if number_of > 0]
         under = "every scheme" if len(where) == len(undefined) else ", ".join(where)
-        samples = plural(int(undefined.max()), "sample")
+        samples = plural(int(max(undefined.values())), "sample")
         lines.append(f"{samples} not compared: the advantage is undefined there (under {under})")
     if info.get("per_prompt_unavailable"):
         lines.append(f"no per-prompt view: {info['per_prompt_unavailable']}")
@@ -369,15 +380,15 @@ def trained_label(report: Report, scheme: str) -> str:
 def verdicts(report: Report) -> list[str]:
     """``scheme: what it does`` against the reference: the run's own row first, then every other scheme."""
     trained = report.trained_row
-    rows = [scheme for scheme in report.summary.index if scheme != report.reference and scheme != trained]
+    rows = [scheme for scheme in report.summary_table.labels if scheme != report.reference and scheme != trained]
     lines = []
     if trained is not None:
         if trained == report.reference:
             lines.append(f"{trained_label(report, trained)}: the reference itself: the run trained as it would")
         else:
-            verdict = scheme_verdict(report.summary.loc[trained], report.reference)
+            verdict = scheme_verdict(report.summary_table.row(trained), report.reference)
             lines.append(f"{trained_label(report, trained)}: {verdict}")
-    lines += [f"{scheme}: {scheme_verdict(report.summary.loc[scheme], report.reference)}" for scheme in rows]
+    lines += [f"{scheme}: {scheme_verdict(report.summary_table.row(scheme), report.reference)}" for scheme in rows]
     return lines
 
 
@@ -477,8 +488,8 @@ def recorded_sentence(report: Report, code: Callable[[str], str] = _plain) -> st
         return f"{subject}: no preset can run on this table to compare them with"
     if best_match is not None and report.reference in (best_match, *equivalent):
         return text  # they are the reference's numbers: no sign can differ
-    if RECORDED_ROW in report.summary.index:
-        flips = report.summary.loc[RECORDED_ROW, "sign_flip_rate"]
+    if RECORDED_ROW in report.summary_table.labels:
+        flips = report.summary_table.value(RECORDED_ROW, "sign_flip_rate")
         if not undefined(flips):
             reference = code(report.reference)
             text += (
@@ -557,7 +568,7 @@ def histogram_lines(sizes: Mapping[int, int], width: int = _BAR_WIDTH) -> list[s
 def _others(report: Report) -> list[str]:
     """The schemes compared with the reference in the prompt tables, and the recorded advantages when present."""
     others = [scheme for scheme in report.schemes if scheme != report.reference]
-    if f"flips:{RECORDED_ROW}" in report.per_prompt.columns:
+    if f"flips:{RECORDED_ROW}" in report.per_prompt_table.names:
         others.append(RECORDED_ROW)
     return others
 
@@ -571,7 +582,7 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
     multi_step = len(report.info.get("step_values", [])) > 1
     reference = report.reference
     # Two-line headers (scheme, then what): the Markdown renderer joins them with a space.
-    counted = "trajectories" in prompts.columns  # not where the dump has no trajectory key
+    counted = "trajectories" in prompts.names  # not where the dump has no trajectory key
     header = [*(["step"] if multi_step else []), "prompt", "samples", *(["traj."] if counted else [])]
     header += ["mean\nreward", f"{reference}\nĀ"]
     others = _others(report)
@@ -580,7 +591,7 @@ def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], lis
         header.append(f"{scheme}\n{label}")
         header.append(f"{scheme}\nĀ")
     rows = []
-    for _, prompt in prompts.iterrows():
+    for _, prompt in prompts.rows():
         row = [*([str(prompt["step"])] if multi_step else [])]
         row += [
             key_text(prompt["prompt"]),
@@ -603,21 +614,21 @@ def prompt_sections(
 
     With ``fold_repeats``, silent prompts whose rows are the worst prompts' rows (the same prompts, counts and
     means: every sign change there is invented signal) are one title with no header and no rows."""
-    if report.per_prompt.empty or top <= 0:
+    if report.per_prompt_table.empty or top <= 0:
         return []
     sections = []
-    total = len(report.per_prompt)
-    worst_all = report.worst_prompts(total)
+    total = len(report.per_prompt_table)
+    worst_all = report.worst_prompt_table(total)
     if len(worst_all):
-        shown = report.worst_prompts(top)
+        shown = report.worst_prompt_table(top)
         title = (
             f"Worst prompts: {len(worst_all):,} of {total:,} prompts have samples whose sign differs "
             f"from {report.reference}" + (f" (top {len(shown)})" if len(shown) < len(worst_all) else "")
         )
         sections.append((title, *prompt_rows(report, shown, "flips")))
-    silent_all = report.silent_prompts(total)
+    silent_all = report.silent_prompt_table(total)
     if len(silent_all):
-        shown = report.silent_prompts(top)
+        shown = report.silent_prompt_table(top)
         title = f"Prompts with no learning signal that got advantages: {len(silent_all):,}" + (
             f" (top {len(shown)})" if len(shown) < len(silent_all) else ""
         )

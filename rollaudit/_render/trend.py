@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .text import count, percent, ratio, undefined
 
 if TYPE_CHECKING:
@@ -46,20 +48,22 @@ def sparkline(values: Sequence[float]) -> str:
 
 def has_trend(report: Report) -> bool:
     """Whether the report has a trend to show: several steps, each with its numbers."""
-    return len(report.info.get("step_values", [])) > 1 and not report.per_step.empty
+    return len(report.info.get("step_values", [])) > 1 and not report.per_step_table.empty
 
 
 def trend_lines(report: Report, width: int = 100) -> list[str]:
     """Per scheme, one line: its sign-flip rate over the steps as a sparkline (runs of steps resampled to fit
     ``width`` columns), then the first and last step's rates and the largest: ``53.8% at step 0 → 0.0% at
     step 5, max 53.8%``, so the words read the way the bars go."""
-    per_step = report.per_step.reset_index()
+    table = report.per_step_table
+    all_schemes, all_steps = table.column("scheme"), table.column("step")
     series = []
-    for scheme in per_step["scheme"].drop_duplicates():
+    for scheme in dict.fromkeys(all_schemes.tolist()):
         if scheme == report.reference:
             continue
-        rows = per_step[per_step["scheme"] == scheme].sort_values("step")
-        rates, steps = rows["sign_flip_rate"].tolist(), rows["step"].tolist()
+        rows = np.flatnonzero(all_schemes == scheme)
+        rows = rows[np.argsort(all_steps[rows], kind="stable")]
+        rates, steps = table.column("sign_flip_rate")[rows].tolist(), all_steps[rows].tolist()
         defined = [(step, rate) for step, rate in zip(steps, rates, strict=True) if not undefined(rate)]
         if defined:
             (first_step, first), (last_step, last) = defined[0], defined[-1]
@@ -85,15 +89,15 @@ def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[s
     if not has_trend(report) or top <= 0:
         return None
     steps = len(report.info["step_values"])
-    worst = report.worst_steps(top)
+    worst = report.worst_step_table(top)
     if worst.empty:
         return None
-    schemes = [column.split(":", 1)[1] for column in worst.columns if column.startswith("sign_flip_rate:")]
+    schemes = [column.split(":", 1)[1] for column in worst.names if column.startswith("sign_flip_rate:")]
     header = ["step", "samples", "prompts", "group\nsizes"]
     for scheme in schemes:
         header += [f"{scheme}\nchanged", f"{scheme}\ninflation"]
     rows = []
-    for step, row in worst.iterrows():
+    for step, row in worst.rows():
         sizes = "n/a"
         if "smallest_group" in row:
             sizes = f"{count(row['smallest_group'])}–{count(row['largest_group'])}"
@@ -101,7 +105,7 @@ def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[s
         for scheme in schemes:
             cells += [percent(row[f"sign_flip_rate:{scheme}"]), ratio(row[f"nonzero_inflation:{scheme}"])]
         rows.append(cells)
-    flipped = int((report.worst_steps(steps)["worst_flip_rate"] > 0).sum())
+    flipped = int((report.worst_step_table(steps).floats("worst_flip_rate") > 0).sum())
     title = f"Worst steps: {flipped:,} of {steps:,} steps have samples whose sign differs from {report.reference}"
     if len(rows) < flipped:
         title += f" (top {len(rows)})"

@@ -49,7 +49,7 @@ class StepRecord:
             document["samples"] = self.report.info.get("samples")
             document["prompts"] = self.report.info.get("prompts")
             document["reference"] = self.report.reference
-            document["summary"] = self.report.summary.to_dict(orient="index")
+            document["summary"] = self.report.summary_table.by_label()
             document["trained_with"] = self.report.trained_with.to_dict()
             document["not_auditable"] = dict(self.report.not_auditable)
         if self.gate is not None:

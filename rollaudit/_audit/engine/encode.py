@@ -66,8 +66,7 @@ def compact_codes(keys: torch.Tensor, owned: bool = False) -> tuple[torch.Tensor
 def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Dense codes 0..K-1 for int64 keys (ascending key order), and K.
 
-    Small key ranges use a lookup table (two vector passes); wide ones a hash
-    factorisation on the CPU or a sort on CUDA.
+    Small key ranges use a lookup table (two vector passes); wide ones a sort (see ``sorted_codes``).
     """
     count = keys.numel()
     if count == 0:
@@ -82,13 +81,26 @@ def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
         present[shifted] = 1
         code_of = present.cumsum_(0).sub_(1)
         return code_of[shifted], int(code_of[-1]) + 1
-    if keys.device.type == "cpu":
-        import pandas as pd
-
-        codes, uniques = pd.factorize(keys.numpy(), sort=True)
-        return torch.from_numpy(codes.astype(np.int64, copy=False)), len(uniques)
+    if keys.device.type == "cpu" and count < _TORCH_SORT_ROWS:
+        codes, found = sorted_codes(keys.numpy())
+        return torch.from_numpy(codes), found
     uniques, codes = torch.unique(keys, return_inverse=True)
     return codes, uniques.numel()
+
+
+# From this many keys torch's sort beats numpy's (a million rows: 0.9 s against 1.7 s); below, its start-up costs
+# more than the sort (0.05 s against 0.01 s at 100k rows).
+_TORCH_SORT_ROWS = 1 << 20
+
+
+def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense int64 codes of int64 ``values`` in ascending order of value (0 for the smallest), and how many distinct
+    values there are."""
+    if len(values) >= _TORCH_SORT_ROWS:
+        uniques, codes = torch.unique(torch.from_numpy(np.ascontiguousarray(values)), return_inverse=True)
+        return codes.numpy(), uniques.numel()
+    uniques, inverse = np.unique(values, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64, copy=False), len(uniques)
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

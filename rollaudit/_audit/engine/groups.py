@@ -21,7 +21,7 @@ import torch
 from ..._errors import SchemeError
 from ..._table import PROMPT
 from ..schemes import Scheme
-from .encode import F64, Encoded, compact_codes, int64_values
+from .encode import F64, Encoded, compact_codes, int64_values, sorted_codes
 from .sizing import counted_in_bins, piece_size, pieces
 
 
@@ -103,14 +103,12 @@ def _wide_keys_by_step(enc: Encoded, column: str) -> tuple[torch.Tensor, int] | 
     values = int64_values(keys)
     if counted_in_bins(int(values.max()) - int(values.min()) + 1, enc.rows):
         return None  # a small range: its keys are their own codes, counted in bins
-    import pandas as pd
-
     codes = np.empty(enc.rows, dtype=np.int64)
     count = start = 0
     for end in np.cumsum(runs.cpu().numpy()).tolist():
-        step_codes, uniques = pd.factorize(values[start:end], sort=True)
+        step_codes, found = sorted_codes(values[start:end])
         np.add(step_codes, count, out=codes[start:end])
-        count, start = count + len(uniques), end
+        count, start = count + found, end
     return torch.from_numpy(codes).to(enc.device), count
 
 
