@@ -84,3 +84,25 @@ def test_the_command_line_process_and_its_children_have_it_off():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=environment, check=True)
     assert done.stdout.split()[-2:] == ["0", "False"], done.stdout
     assert hasattr(np, "_core")
+
+
+@pytest.mark.parametrize(("given", "used"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_the_command_line_allocates_arrow_memory_with_the_system_allocator_unless_told_otherwise(given, used):
+    """Arrow's default pool keeps what a read freed; the system's gives it back. The switch is read as pyarrow is
+    imported, so the command line sets it before: a command's tables, not a probe's, decide the pool."""
+    sample = os.path.join(os.path.dirname(__file__), "..", "sample_dumps", "generic", "rollouts.csv")
+    probe = (
+        "import sys\n"
+        "from rollaudit._cli import main\n"
+        "try:\n"
+        f"    main(['inspect', {sample!r}, '--no-cache'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import pyarrow\n"
+        "print(pyarrow.default_memory_pool().backend_name)\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != _memory.ARROW_POOL_SETTING}
+    if given is not None:
+        environment[_memory.ARROW_POOL_SETTING] = given
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=environment, check=True)
+    assert done.stdout.split()[-1] == used, done.stdout

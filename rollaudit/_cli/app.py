@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from .._errors import RollauditError, RollauditWarning, log_safe, visible
-from .._memory import prefer_small_pages
+from .._memory import prefer_small_pages, prefer_system_allocator
 
 
 def _one_line(text: object) -> str:
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     from .._pandas_import import pandas_refused
 
     prefer_small_pages()
+    prefer_system_allocator()
     _degrade_unencodable_output()
     with pandas_refused():
         typer.main.get_command(app).main(args=argv, prog_name="rollaudit")

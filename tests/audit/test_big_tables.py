@@ -61,6 +61,37 @@ def test_wide_integer_keys_coded_step_by_step_group_as_over_the_whole_table(monk
     assert _report_text(table, schemes) == stepwise
 
 
+@pytest.mark.parametrize("kind", ["text", "narrow int"])
+def test_key_codes_paired_with_steps_a_step_at_a_time_group_as_over_the_whole_table(monkeypatch, kind):
+    """Keys whose codes are few but whose (step, code) pairs are too many for bins: each step's codes are densified
+    on their own rather than a sort of every pair; the same codes, and the same report."""
+    steps, rows_per_step = 6, groups_module.STEP_BY_STEP_ROWS + 88
+    rng = np.random.default_rng(3)
+    # Integers in a range small enough to be their own codes; texts drawn from many more.
+    keys = rng.integers(0, 3000 if kind == "narrow int" else 100_000, steps * rows_per_step)
+    table = rollaudit.make_table(
+        reward=rng.integers(0, 3, steps * rows_per_step).astype(np.float64),
+        prompt=[f"prompt {key}" for key in keys] if kind == "text" else keys,
+        step=np.repeat(np.arange(steps) * 2, rows_per_step),
+    )
+    prompt = rollaudit.get_scheme("prompt")
+    codes, count = encode(table, "cpu").key_codes(PROMPT)
+    assert not groups_module.counted_in_bins(steps * count, len(codes))  # the pairs are wide
+    schemes = ["batch", "prompt", "dr-grpo"]
+    coded, compact_codes = [], groups_module.compact_codes
+    monkeypatch.setattr(
+        groups_module,
+        "compact_codes",
+        lambda keys, owned=False: coded.append(keys.numel()) or compact_codes(keys, owned),
+    )
+    by_step, stepwise = grouping_of(encode(table, "cpu"), prompt), _report_text(table, schemes)
+    assert coded == []  # no pair per row was made, nor coded
+    monkeypatch.setattr(groups_module, "STEP_BY_STEP_ROWS", 10**9)  # the general path: a sort of every pair
+    whole = grouping_of(encode(table, "cpu"), prompt)
+    assert torch.equal(by_step.codes, whole.codes) and by_step.count == whole.count
+    assert _report_text(table, schemes) == stepwise
+
+
 def test_keys_with_a_small_range_or_short_steps_take_the_general_path():
     short = _wide_keys_table(steps=6, rows_per_step=groups_module.STEP_BY_STEP_ROWS - 1, distinct=50, seed=1)
     assert groups_module._wide_keys_by_step(encode(short, "cpu"), PROMPT) is None

@@ -42,6 +42,12 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
     if minor.numel() == 0:
         return minor.clone(), 0
     span = int(minor.max()) + 1 if span is None else span
+    count = enc.steps * span
+    wide = not counted_in_bins(count, minor.numel())
+    runs = _runs_to_code_by(enc) if wide and minor.device.type == "cpu" else None
+    if runs is not None:
+        # The dense codes a sort of the pairs gives, a step at a time: no pair per row, no sort of the whole table.
+        return _codes_by_step(runs, minor.numpy())
     steps = step_segments(enc)
     pairs = torch.empty(minor.numel(), dtype=torch.int64, device=minor.device)
     if steps.runs is not None:
@@ -49,8 +55,7 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
         steps.apply(minor, torch.arange(enc.steps, device=minor.device).mul_(span), torch.add, pairs)
     else:
         torch.add(minor, enc.step, alpha=span, out=pairs)
-    count = enc.steps * span
-    return (pairs, count) if counted_in_bins(count, minor.numel()) else compact_codes(pairs, owned=True)
+    return compact_codes(pairs, owned=True) if wide else (pairs, count)
 
 
 def _slice_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
@@ -85,31 +90,40 @@ STEP_BY_STEP_ROWS = 512
 a step costs a call (tens of microseconds), a row a tenth of a microsecond less than in a hash of the whole table."""
 
 
+def _runs_to_code_by(enc: Encoded) -> torch.Tensor | None:
+    """Each step's rows where the rows lie in one run per step and the steps hold enough rows each to code keys a
+    step at a time; else None."""
+    if enc.single_step or enc.rows < STEP_BY_STEP_ROWS * enc.steps:
+        return None
+    return enc.step_runs
+
+
+def _codes_by_step(runs: torch.Tensor, values: np.ndarray) -> tuple[torch.Tensor, int]:
+    """Dense codes of the (step, value) pairs of rows in one run per step (``runs``: each step's rows), in
+    (step, value) order: each step's values densified on their own, ascending, after the codes of the steps before."""
+    codes = np.empty(len(values), dtype=np.int64)
+    count = start = 0
+    for end in np.cumsum(runs.cpu().numpy()).tolist():
+        step_codes, found = sorted_codes(values[start:end])
+        np.add(step_codes, count, out=codes[start:end])
+        count, start = count + found, end
+    return torch.from_numpy(codes), count
+
+
 def _wide_keys_by_step(enc: Encoded, column: str) -> tuple[torch.Tensor, int] | None:
     """The (step, key) codes of integer keys too wide for bins, every row keyed and the steps in runs of many rows,
     each step's keys densified on their own, ascending, after the codes of the steps before: the dense
     (step, key)-ordered codes ``_step_pairs`` makes of the keys' codes, from a hash the size of one step (it stays
     in cache) rather than two over the whole table, and with no code per row of the keys alone. None where that
     does not hold."""
-    runs, keys = enc.step_runs, enc.table.column(column)
-    if (
-        runs is None
-        or enc.single_step
-        or keys.null_count
-        or not pa.types.is_integer(keys.type)
-        or enc.rows < STEP_BY_STEP_ROWS * enc.steps
-    ):
+    runs, keys = _runs_to_code_by(enc), enc.table.column(column)
+    if runs is None or keys.null_count or not pa.types.is_integer(keys.type):
         return None
     values = int64_values(keys)
     if counted_in_bins(int(values.max()) - int(values.min()) + 1, enc.rows):
         return None  # a small range: its keys are their own codes, counted in bins
-    codes = np.empty(enc.rows, dtype=np.int64)
-    count = start = 0
-    for end in np.cumsum(runs.cpu().numpy()).tolist():
-        step_codes, found = sorted_codes(values[start:end])
-        np.add(step_codes, count, out=codes[start:end])
-        count, start = count + found, end
-    return torch.from_numpy(codes).to(enc.device), count
+    codes, count = _codes_by_step(runs, values)
+    return codes.to(enc.device), count
 
 
 def _key_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
