@@ -155,23 +155,13 @@ class Columns:
 
     def records(self, with_index: bool = False) -> list[dict[str, Any]]:
         """The rows as JSON-ready dicts, converted column by column (as ``json_records`` converts a frame's)."""
-        from .._json import json_value
+        from .._json import json_column
 
         names = list(self.data) if with_index else self.names
         columns = []
         for name in names:
             values = self.data[name]
-            if isinstance(values, Masked):
-                columns.append(values.objects())
-                continue
-            if values.dtype.kind == "f":
-                boxed = values.astype(object)
-                boxed[~np.isfinite(values)] = None
-                columns.append(boxed.tolist())
-            elif values.dtype.kind in "iub":
-                columns.append(values.tolist())
-            else:
-                columns.append([json_value(value) for value in values.tolist()])
+            columns.append(values.objects() if isinstance(values, Masked) else json_column(values))
         if not names:
             return [{} for _ in range(self._length)]
         return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
