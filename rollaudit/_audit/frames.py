@@ -42,3 +42,9 @@ def step_groups_frame(columns: Columns) -> pd.DataFrame:
     """One row per step with prompt groups (index ``step``): its groups' counts and sizes."""
     frame = pd.DataFrame(columns.raw)
     return frame if frame.empty else frame.set_index("step")
+
+
+def indexed_frame(columns: Columns) -> pd.DataFrame:
+    """A table of plain columns as a DataFrame, its index columns as the frame's index (none: an empty frame)."""
+    frame = pd.DataFrame(columns.raw)
+    return frame.set_index(list(columns.index)) if columns.index and len(frame.columns) else frame

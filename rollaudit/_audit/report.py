@@ -278,44 +278,19 @@ class Report:
         with the step's group sizes; worst first by the highest flip rate of any scheme.
         """
         allow_pandas()
-        import pandas as pd
+        from .frames import indexed_frame
 
-        per_step = self.per_step.reset_index()
-        per_step = per_step[per_step["scheme"] != self.reference]
-        if per_step.empty:
-            return pd.DataFrame()
-        wide = per_step.pivot(index="step", columns="scheme", values=["sign_flip_rate", "nonzero_inflation"])
-        wide.columns = [f"{metric}:{scheme}" for metric, scheme in wide.columns]
-        flips = wide[[column for column in wide.columns if column.startswith("sign_flip_rate:")]]
-        wide = wide.assign(worst_flip_rate=flips.max(axis=1))
-        if not self.step_groups.empty:
-            wide = wide.join(self.step_groups)
-        ranked = wide.sort_values("worst_flip_rate", ascending=False, kind="stable")
-        return ranked[ranked["worst_flip_rate"] > 0].head(limit)
+        return indexed_frame(self.worst_step_table(limit))
 
     def worst_prompts(self, limit: int = 10) -> pd.DataFrame:
         """Prompts where the schemes disagree most with the reference, most sign flips first."""
-        table = self.per_prompt
-        flips = [column for column in table.columns if column.startswith("flips:")]
-        spurious = [column for column in table.columns if column.startswith("spurious:")]
-        if table.empty or not flips:
-            return table.head(0)
-        ranked = table.assign(
-            most_flips=table[flips].max(axis=1), most_spurious=table[spurious].max(axis=1)
-        ).sort_values(["most_flips", "most_spurious", "samples"], ascending=False, kind="stable")
-        return ranked[ranked["most_flips"] > 0].head(limit).drop(columns=["most_flips", "most_spurious"])
+        return self.per_prompt.iloc[self._worst_prompt_rows(limit)]
 
     def silent_prompts(self, limit: int = 10) -> pd.DataFrame:
         """Prompts with no learning signal under the reference that picked up advantages elsewhere."""
-        table = self.per_prompt
-        spurious = [column for column in table.columns if column.startswith("spurious:")]
-        if table.empty or not spurious:
-            return table.head(0)
-        picked = table[table["no_signal"] & (table[spurious].max(axis=1) > 0)]
-        order = picked[spurious].max(axis=1).sort_values(ascending=False, kind="stable").index
-        return picked.loc[order].head(limit)
+        return self.per_prompt.iloc[self._silent_prompt_rows(limit)]
 
-    # The same three tables as numpy columns, for the renderers (rows, order and types as the DataFrames').
+    # The same three tables as numpy columns, for the renderers (the DataFrames above are made of them).
 
     def worst_step_table(self, limit: int = 5) -> Columns:
         """``worst_steps`` as columns: ``step`` (the index), then as that frame's."""
@@ -354,25 +329,35 @@ class Report:
 
     def worst_prompt_table(self, limit: int = 10) -> Columns:
         """``worst_prompts`` as columns."""
+        return self.per_prompt_table.take(self._worst_prompt_rows(limit))
+
+    def silent_prompt_table(self, limit: int = 10) -> Columns:
+        """``silent_prompts`` as columns."""
+        return self.per_prompt_table.take(self._silent_prompt_rows(limit))
+
+    def _worst_prompt_rows(self, limit: int) -> np.ndarray:
+        """The per-prompt rows with sign flips, most flips first, then most spurious advantages, then most samples."""
         table = self.per_prompt_table
         flips = [name for name in table.names if name.startswith("flips:")]
         spurious = [name for name in table.names if name.startswith("spurious:")]
         if table.empty or not flips:
-            return table.head(0)
+            return np.zeros(0, dtype=np.int64)
         most_flips = row_max([table.floats(name) for name in flips], len(table))
         most_spurious = row_max([table.floats(name) for name in spurious], len(table))
         order = descending(most_flips, most_spurious, table.floats("samples"))
-        return table.take(order[most_flips[order] > 0][:limit])
+        rows: np.ndarray = order[most_flips[order] > 0]
+        return rows[:limit]
 
-    def silent_prompt_table(self, limit: int = 10) -> Columns:
-        """``silent_prompts`` as columns."""
+    def _silent_prompt_rows(self, limit: int) -> np.ndarray:
+        """The rows of prompts without signal under the reference given spurious advantages, most first."""
         table = self.per_prompt_table
         spurious = [name for name in table.names if name.startswith("spurious:")]
         if table.empty or not spurious:
-            return table.head(0)
+            return np.zeros(0, dtype=np.int64)
         most = row_max([table.floats(name) for name in spurious], len(table))
         picked = np.flatnonzero(table.column("no_signal") & (most > 0))
-        return table.take(picked[descending(most[picked])][:limit])
+        rows: np.ndarray = picked[descending(most[picked])]
+        return rows[:limit]
 
     def to_dict(self, lazy_steps: bool = False) -> dict[str, Any]:
         """A JSON-ready document, versioned by ``schema_version``.
