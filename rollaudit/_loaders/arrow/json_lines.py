@@ -100,10 +100,8 @@ def _read_fields_only(data: bytes, schema: pa.Schema, path: Path) -> pa.Table | 
     following = view[np.minimum(quotes + 1, len(view) - 1)]
     for name, column in zip(schema.names, columns, strict=True):
         appears = _occurrences(view, quotes, following, json.dumps(name).encode())
-        if appears == 0 or (appears <= len(values) and column.null_count == 0):
-            continue
-        if appears > len(values) - sum(name not in value for value in values):
-            return None  # some line may hold the field twice: the whole parse tells
+        if _may_hold_twice(appears, name, values, column):
+            return None  # the whole parse tells which line, if any, holds it twice
     table = pa.table(columns, schema=schema)
     return tables.check_values(table, path, locate=lambda: _locate_json_problem(path, None, None))
 
@@ -223,16 +221,12 @@ def _occurrences(view: Any, quotes: Any, following: Any, key: bytes) -> int:
 
 
 def _refuse_repeated_fields(data: bytes, records: Records, table: pa.Table, path: Path) -> None:
-    """InputError naming the first line that holds a field of ``table`` twice. Where a field's name appears in the
-    bytes no more often than there are records (one count at C speed) and every record holds it (its column has no
-    null), no line can hold it twice; else the lines where it appears more than once are parsed again, keeping
-    every key, to tell a repeated field from its name inside a text."""
+    """InputError naming the first line that holds a field of ``table`` twice: where a field may be held twice
+    (``_may_hold_twice``, its name counted at C speed), the lines where it appears more than once are parsed again,
+    keeping every key, to tell a repeated field from its name inside a text."""
     for name in table.column_names:
         key = json.dumps(name).encode()
-        appears = data.count(key)
-        if appears <= len(records.values) and (appears == 0 or table.column(name).null_count == 0):
-            continue
-        if appears <= len(records.values) - sum(name not in value for value in records.values):
+        if not _may_hold_twice(data.count(key), name, records.values, table.column(name)):
             continue
         lines = data.removeprefix(tables.BOM).split(b"\n")
         for number, line in enumerate(lines, 1):
@@ -243,6 +237,15 @@ def _refuse_repeated_fields(data: bytes, records: Records, table: pa.Table, path
                     field=name,
                     expected="one value per field on a line",
                 )
+
+
+def _may_hold_twice(appears: int, name: str, values: list[dict[str, Any]], column: Any) -> bool:
+    """Whether some line may hold the field ``name`` twice, its quoted name appearing ``appears`` times in the bytes
+    of the lines parsed as ``values`` (``column``: the field's). Where it appears no more often than there are
+    records and every record holds it (no null), or no more often than the records that hold it, no line can."""
+    if appears <= len(values) and (appears == 0 or column.null_count == 0):
+        return False
+    return appears > len(values) - sum(name not in value for value in values)
 
 
 def _holds_twice(line: bytes, name: str) -> bool:
