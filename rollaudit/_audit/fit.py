@@ -31,6 +31,7 @@ from .._table import (
     STEP,
     TRAJECTORY,
     facts_in,
+    group_codes,
     loaded_formats,
     numpy_view,
     validate_table,
@@ -136,20 +137,8 @@ def uniform_prompt_size(table: pa.Table) -> int | None:
     """
     if table.num_rows == 0 or table.column(PROMPT).null_count:
         return None
-    _, counts = np.unique(_group_codes(table, (STEP, PROMPT)), return_counts=True)
+    _, counts = np.unique(group_codes(table, (STEP, PROMPT)), return_counts=True)
     return int(counts[0]) if counts.min() == counts.max() else None
-
-
-def _group_codes(table: pa.Table, names: tuple[str, ...]) -> np.ndarray:
-    """A code per row, one per distinct combination of the columns ``names`` (a null is a value of its own):
-    numpy over dictionary codes (Arrow's group_by starts its query engine, a fortieth of a second)."""
-    codes = np.zeros(table.num_rows, dtype=np.int64)
-    for name in names:
-        column = table.column(name).combine_chunks()
-        values = numpy_view(pc.dictionary_encode(column, null_encoding="encode").indices.cast(pa.int64()))
-        _, inverse = np.unique(codes * (int(values.max()) + 1) + values, return_inverse=True)
-        codes = inverse.reshape(-1).astype(np.int64, copy=False)
-    return codes
 
 
 def candidate_schemes(table: pa.Table) -> list[str]:
@@ -215,7 +204,7 @@ def _legacy_sizes(table: pa.Table, uniform: int | None) -> list[int]:
     count N its number of prompts B divides (the slices legacy slime cut there), at most a few."""
     sizes = [] if uniform is None else [uniform]
     if table.num_rows and not table.column(PROMPT).null_count:
-        pairs, steps = _group_codes(table, (STEP, PROMPT)), _group_codes(table, (STEP,))
+        pairs, steps = group_codes(table, (STEP, PROMPT)), group_codes(table, (STEP,))
         step_of_pair = np.zeros(int(pairs.max()) + 1, dtype=np.int64)
         step_of_pair[pairs] = steps
         samples_of, prompts_of = np.bincount(steps), np.bincount(step_of_pair)
@@ -235,7 +224,7 @@ def _siblings_agree(table: pa.Table) -> bool:
     rewards = pc.fill_null(keyed.column(REWARD), math.nan)
     if pc.any(pc.is_nan(rewards)).as_py():
         return False  # NaN equals nothing: a NaN sibling never agrees
-    codes = _group_codes(keyed, (STEP, PROMPT, TRAJECTORY))
+    codes = group_codes(keyed, (STEP, PROMPT, TRAJECTORY))
     order = np.argsort(codes, kind="stable")
     values = numpy_view(rewards.combine_chunks().cast(pa.float64()))[order]
     starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
