@@ -269,17 +269,11 @@ def notes(report: Report) -> list[str]:
             "left out of every statistic and comparison"
         )
     # The recorded row's samples without a recorded value are counted by the recorded sentence, not here.
-    undefined = (
-        {
-            scheme: number_of
-            for scheme, number_of in zip(
-                report.summary_table.labels, report.summary_table.column("undefined").tolist(), strict=True
-            )
-            if scheme != RECORDED_ROW
-        }
-        if has_undefined(report)
-        else {}
-    )
+    undefined: dict[str, int] = {}
+    if has_undefined(report):
+        table = report.summary_table
+        numbers = zip(table.labels, table.column("undefined").tolist(), strict=True)
+        undefined = {scheme: number_of for scheme, number_of in numbers if scheme != RECORDED_ROW}
     if any(number_of > 0 for number_of in undefined.values()):
         where = [str(scheme) for scheme, number_of in undefined.items() if number_of > 0]
         under = "every scheme" if len(where) == len(undefined) else ", ".join(where)
@@ -620,7 +614,7 @@ def prompt_sections(
     total = len(report.per_prompt_table)
     worst_all = report.worst_prompt_table(total)
     if len(worst_all):
-        shown = report.worst_prompt_table(top)
+        shown = worst_all.head(top)
         title = (
             f"Worst prompts: {len(worst_all):,} of {total:,} prompts have samples whose sign differs "
             f"from {report.reference}" + (f" (top {len(shown)})" if len(shown) < len(worst_all) else "")
@@ -628,7 +622,7 @@ def prompt_sections(
         sections.append((title, *prompt_rows(report, shown, "flips")))
     silent_all = report.silent_prompt_table(total)
     if len(silent_all):
-        shown = report.silent_prompt_table(top)
+        shown = silent_all.head(top)
         title = f"Prompts with no learning signal that got advantages: {len(silent_all):,}" + (
             f" (top {len(shown)})" if len(shown) < len(silent_all) else ""
         )

@@ -89,7 +89,8 @@ def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[s
     if not has_trend(report) or top <= 0:
         return None
     steps = len(report.info["step_values"])
-    worst = report.worst_step_table(top)
+    flipped = report.worst_step_table(steps)  # every step whose sign differs somewhere, worst first
+    worst = flipped.head(top)
     if worst.empty:
         return None
     schemes = [column.split(":", 1)[1] for column in worst.names if column.startswith("sign_flip_rate:")]
@@ -105,8 +106,7 @@ def trend_section(report: Report, top: int) -> tuple[str, list[str], list[list[s
         for scheme in schemes:
             cells += [percent(row[f"sign_flip_rate:{scheme}"]), ratio(row[f"nonzero_inflation:{scheme}"])]
         rows.append(cells)
-    flipped = int((report.worst_step_table(steps).floats("worst_flip_rate") > 0).sum())
-    title = f"Worst steps: {flipped:,} of {steps:,} steps have samples whose sign differs from {report.reference}"
-    if len(rows) < flipped:
+    title = f"Worst steps: {len(flipped):,} of {steps:,} steps have samples whose sign differs from {report.reference}"
+    if len(rows) < len(flipped):
         title += f" (top {len(rows)})"
     return title, header, rows
