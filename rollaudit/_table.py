@@ -509,8 +509,8 @@ def merge_facts(tables: Iterable[pa.Table]) -> dict[str, Any]:
     """The facts of several tables (the steps of a run): a fact the tables state differently is left out."""
     merged: dict[str, Any] = {}
     conflicting: set[str] = set()
-    for table in tables:
-        for name, value in facts_in(table).items():
+    for facts, _ in _distinct_metadata(tables, FACTS_METADATA, facts_in):
+        for name, value in facts.items():
             if name in merged and merged[name] != value:
                 conflicting.add(name)
             merged.setdefault(name, value)
@@ -520,14 +520,28 @@ def merge_facts(tables: Iterable[pa.Table]) -> dict[str, Any]:
 def merge_found(tables: Iterable[pa.Table]) -> tuple[dict[str, dict[str, int]], list[str]]:
     """The counts and notes of several tables (the steps of a run): counts summed, notes once each, in order."""
     merged: dict[str, dict[str, int]] = {}
-    notes: dict[str, None] = {}
-    for table in tables:
-        for label, counts in found_in(table).items():
+    tables = list(tables)
+    for found, times in _distinct_metadata(tables, FOUND_METADATA, found_in):
+        for label, counts in found.items():
             into = merged.setdefault(label, {})
             for what, count in counts.items():
-                into[what] = into.get(what, 0) + count
-        notes.update(dict.fromkeys(notes_in(table)))
+                into[what] = into.get(what, 0) + count * times
+    notes: dict[str, None] = {}
+    for said, _ in _distinct_metadata(tables, NOTES_METADATA, notes_in):
+        notes.update(dict.fromkeys(said))
     return merged, list(notes)
+
+
+def _distinct_metadata(tables: Iterable[pa.Table], key: bytes, parse: Any) -> list[tuple[Any, int]]:
+    """``parse`` of the tables, once per distinct value of their ``key`` metadata (a run's steps mostly say the
+    same), in the order of first appearance, with how many tables carry it."""
+    first: dict[bytes | None, pa.Table] = {}
+    times: dict[bytes | None, int] = {}
+    for table in tables:
+        text = (table.schema.metadata or {}).get(key)
+        first.setdefault(text, table)
+        times[text] = times.get(text, 0) + 1
+    return [(parse(table), times[text]) for text, table in first.items()]
 
 
 def loaded_formats(table: pa.Table) -> list[str]:

@@ -87,7 +87,8 @@ class Format:
     the same step gives that step a new record."""
     steps_appended: bool = False
     """``rollaudit watch``: whether one file gains a step at a time (open-instruct appends every step to one
-    file): its newest step is audited once a later one is appended, or the run has gone idle."""
+    file): its newest step is audited once a later one is appended, or the run has gone idle; at each look, only
+    the lines appended since the last are parsed."""
 
     def check_options(self, options: LoadOptions) -> None:
         """A UsageError naming the first reading option set in ``options`` that this format does not take."""

@@ -7,6 +7,8 @@ Files are gathered into steps by their format (``Format.step_of``); a step is re
 it is whole, or, for formats whose steps grow file by file (``Format.step_grows``), once a later step has started
 or the run has gone idle. A step whose files change afterwards (slime's train dumps
 after its rollout dump, a file rewritten) is audited again and its new record says it replaces the earlier one.
+A file that gains a step at a time (``Format.steps_appended``) is parsed only where it grew since the last look
+(:mod:`rollaudit._loaders.arrow.appended`: what was read is checked still there, else the file is read whole).
 
 Between looks the process sleeps on file notifications (:mod:`.follow`). Only the per-step records leave this
 module: no table outlives its step, so memory is flat in the number of steps.
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import InputError, RollauditError, RollauditWarning, warn
+from .._loaders.arrow.appended import AppendedFiles, reading_appended
+from .._loaders.arrow.columns import split_steps
 from .._loaders.options import LoadOptions
 from .._loaders.registry import FORMATS
 from .._loaders.run.discover import Run, find_runs, natural_key, run_files
@@ -85,6 +89,8 @@ class _Follower:
         self.run: Run | None = None
         self.deferred: set[str] = set()
         self.step_digests: dict[int, bytes] = {}
+        self.appended = AppendedFiles()
+        self.tables: dict[str, Any] = {}  # of a file that gains a step at a time: its table at the last read
         self.discovered_at = -math.inf
         # What each step trained with (its records', then this watch's): a step says when it differs from the
         # step before it.
@@ -203,8 +209,15 @@ class _Follower:
         previous = self.steps.get(key)
         signatures = {path: self.files[path].signature for path in paths}
         names = tuple(str(path) for path in paths)
+        appended = self.format is not None and FORMATS[self.format].steps_appended
         try:
-            table = load(paths, self.options)
+            if appended:
+                # A file that gains a step at a time: only its new lines are parsed, and no cache entry is made of
+                # what changes at every step.
+                with reading_appended(self.appended):
+                    table = load(paths, replace(self.options, cache=False))
+            else:
+                table = load(paths, self.options)
             formats = loaded_formats(table)
             if self.format is not None and formats and formats != [self.format]:
                 raise InputError(f"is a {'+'.join(formats)} dump in a {self.format} run", file=names[0])
@@ -213,18 +226,24 @@ class _Follower:
             self.steps[key] = _Step(signatures)
             yield StepRecord(step=None, files=names, error=error.line(), replaces=previous is not None)
             return
-        import pyarrow.compute as pc
-
-        values = sorted(pc.unique(table.column(STEP)).to_pylist())
+        parts = split_steps(table) if table.num_rows else []  # in step order (load gives each step's rows together)
         self.deferred.discard(key)
-        if values and FORMATS[self.format or formats[0]].steps_appended and not idle:
+        if parts and FORMATS[self.format or formats[0]].steps_appended and not idle:
             self.deferred.add(key)  # its newest step may still be landing
-            values = values[:-1]
-        self.steps[key] = _Step(signatures, tuple(values) + (previous.steps if previous is not None else ()))
+            parts = parts[:-1]
+        values = tuple(value for value, _ in parts)
+        self.steps[key] = _Step(signatures, values + (previous.steps if previous is not None else ()))
         several = len(values) > 1 or key in self.deferred
-        for value in values:
-            part = table if len(values) == 1 and not several else table.filter(pc.equal(table.column(STEP), value))
+        unchanged: set[int] = set()
+        if appended:
+            # The steps whose rows are those of the last read (one comparison of all of them, not one a step): a
+            # file gains a step at a time, and its earlier steps are seldom touched.
+            unchanged = _unchanged_steps(self.tables.get(key), table)
+            self.tables[key] = table
+        for value, part in parts:
             if several:
+                if value in unchanged and value in self.step_digests:
+                    continue  # its rows are those its digest was made of: unchanged since its record
                 digest, known = _digest(part), self.step_digests.get(value)
                 self.step_digests[value] = digest
                 if digest == known or (known is None and value in self.recorded_steps):
@@ -245,15 +264,53 @@ class _Follower:
         return f"scheme changed at step {step}: was {was}, now {now}"
 
 
+def _step_runs(table: Any) -> tuple[Any, Any, Any]:
+    """The steps of a table whose steps are contiguous (in step order): each one's value, first row and rows."""
+    import numpy as np
+
+    steps = np.asarray(table.column(STEP).to_numpy())
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]]) if len(steps) else np.zeros(0, dtype=np.int64)
+    return steps[starts], starts, np.diff(np.r_[starts, len(steps)])
+
+
+def _unchanged_steps(previous: Any, table: Any) -> set[int]:
+    """The steps whose rows in ``table`` are those they had in ``previous`` (both in step order): every step of
+    the same row count in both, where all of them compare equal at once; none otherwise (then each step is
+    compared by its digest)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if previous is None or not previous.schema.remove_metadata().equals(table.schema.remove_metadata()):
+        return set()
+    old_steps, old_starts, old_counts = _step_runs(previous)
+    new_steps, new_starts, new_counts = _step_runs(table)
+    common, old_at, new_at = np.intersect1d(old_steps, new_steps, assume_unique=True, return_indices=True)
+    same_size = old_counts[old_at] == new_counts[new_at]
+    common, old_at, new_at = common[same_size], old_at[same_size], new_at[same_size]
+    counts = old_counts[old_at]
+    prefix = int(counts.sum())
+    if np.array_equal(old_starts[old_at], new_starts[new_at]) and previous.slice(0, prefix).equals(
+        table.slice(0, prefix)
+    ):
+        return {int(step) for step in common}  # the usual case: the same first rows (NaNs compare unequal here)
+    within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    old_rows = np.repeat(old_starts[old_at], counts) + within
+    new_rows = np.repeat(new_starts[new_at], counts) + within
+    if _digest(previous.take(pa.array(old_rows))) != _digest(table.take(pa.array(new_rows))):
+        return set()
+    return {int(step) for step in common}
+
+
 def _digest(table: Any) -> bytes:
-    """A fingerprint of a step's rows: equal digests, the same audit."""
+    """A fingerprint of a step's rows: equal digests, the same audit. The rows are copied first: a slice's buffers
+    hold the rows around it too, and the IPC writer writes them."""
     import hashlib
 
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema.remove_metadata()) as writer:
-        writer.write_table(table)
+        writer.write_table(table.take(pa.array(range(table.num_rows), pa.int64())))
     return hashlib.blake2b(sink.getvalue().to_pybytes(), digest_size=16).digest()
 
 

@@ -340,7 +340,7 @@ def test_the_depth_scan_agrees_with_a_character_loop(text: list[bytes], limit: i
     data = b"".join(text)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tables, "_DEPTH_CHUNK", chunk)
-        found = tables._too_deep_line(np.frombuffer(data, dtype=np.uint8), limit)
+        found = tables.too_deep_line(np.frombuffer(data, dtype=np.uint8), limit)
     assert found == _deepest_line_model(data, limit)
 
 

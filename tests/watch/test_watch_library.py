@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import threading
 import zipfile
 from pathlib import Path
@@ -193,9 +194,20 @@ def test_wakeups_walk_no_link_twice(tmp_path: Path) -> None:
         wakeups.close()
 
 
-def test_a_file_that_gains_a_step_at_a_time(tmp_path: Path) -> None:
+def test_a_file_that_gains_a_step_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """open-instruct appends every step to one file: each step gets one record, the newest once the next one is
-    appended (or the run goes idle), and steps already recorded are not recorded again when the file grows."""
+    appended (or the run goes idle), and steps already recorded are not recorded again when the file grows. Only
+    the appended lines are parsed."""
+    from rollaudit._loaders.arrow import json_lines
+
+    parsed: list[int] = []
+    parse = json_lines._lines_or_none
+
+    def counting(data: bytes, *args: object) -> object:
+        parsed.append(len(data))
+        return parse(data, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(json_lines, "_lines_or_none", counting)
     source = SAMPLES / "open_instruct" / "rollouts"
     run = tmp_path / "rollouts"
     run.mkdir()
@@ -216,9 +228,31 @@ def test_a_file_that_gains_a_step_at_a_time(tmp_path: Path) -> None:
     finally:
         timer.join()
     assert [(record.step, record.replaces) for record in records] == [(1, False), (2, False)]
+    step_1 = sum(len(line) for line, step in zip(lines, steps, strict=True) if step == 1)
+    assert parsed == [step_1, target.stat().st_size - step_1]
     whole = rollaudit.audit(rollaudit.load(source))
     for record in records:
         assert record.to_dict()["summary"] == whole.to_dict()["per_step"][str(record.step)]
+
+
+def test_a_step_rewritten_in_place_is_audited_again(tmp_path: Path) -> None:
+    """What was read of a file that gains steps is checked still there: a step rewritten in place (the same length)
+    is read again, and its new record replaces the first."""
+    source = SAMPLES / "open_instruct" / "rollouts"
+    run = tmp_path / "rollouts"
+    shutil.copytree(source, run)
+    target = run / "demo_rollouts_000000.jsonl"
+    records = rollaudit.watch(run, until_idle=1.0, settle=0)
+    first = next(records)
+    assert (first.step, first.replaces) == (1, False)
+    data = target.read_bytes()
+    target.write_bytes(data.replace(b'"reward": 0.0', b'"reward": 9.0', 1))  # step 1's first zero reward
+    rest = list(records)
+    assert [(record.step, record.replaces) for record in rest] == [(1, True), (2, False)]
+    changed = tmp_path / "changed"
+    shutil.copytree(run, changed)
+    whole = rollaudit.audit(rollaudit.load(changed)).to_dict()["per_step"]
+    assert rest[0].to_dict()["summary"] == whole["1"] != first.to_dict()["summary"]
 
 
 def _trl_run(root: Path, schemes: list[str]) -> Path:

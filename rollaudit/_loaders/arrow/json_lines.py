@@ -33,7 +33,7 @@ import orjson
 import pyarrow as pa
 
 from ..._errors import InputError
-from . import tables
+from . import appended, tables
 
 _BLANK = b" \t\r"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -44,12 +44,39 @@ _KIND_OF_TYPE = {"double": "number", "int64": "number", "string": "string", "boo
 def read_json_lines(path: Path, schema: pa.Schema | None = None, *, token_lists: bool = False) -> pa.Table:
     """A JSON Lines file as a table; ``schema`` fixes those fields' types and drops every other field (without a
     schema, pyarrow's reader infers every field's type from the whole file). ``token_lists``: the fields read
-    hold a value per token, most of each line, which pyarrow's reader types faster than orjson's values can be."""
-    if schema is None or token_lists or not all(field.type in _DIRECT_TYPES for field in schema):
+    hold a value per token, most of each line, which pyarrow's reader types faster than orjson's values can be.
+    Inside :func:`.appended.reading_appended`, a file read before parses only the lines appended since."""
+    by_pyarrow = schema is None or token_lists or not all(field.type in _DIRECT_TYPES for field in schema)
+    kept = appended.current()
+    if kept is not None and schema is not None:
+        return kept.read(
+            path,
+            (schema, by_pyarrow),
+            lambda data: _lines_or_none(data, schema, by_pyarrow, path),
+            lambda: _read_whole_file(path, schema, by_pyarrow),
+        )
+    return _read_whole_file(path, schema, by_pyarrow)
+
+
+def _read_whole_file(path: Path, schema: pa.Schema | None, by_pyarrow: bool) -> pa.Table:
+    if by_pyarrow:
         return _read_file_by_pyarrow(path, schema)
+    assert schema is not None
     data = _read_bytes(path)
     table = _read_fields_only(data, schema, path)
     return table if table is not None else _read_parsed_lines(data, schema, path)
+
+
+def _lines_or_none(data: bytes, schema: pa.Schema, by_pyarrow: bool, path: Path) -> pa.Table | None:
+    """The table of ``data`` (whole lines of ``path``) as the file's read makes it, or None where any line fails
+    to read (the file's read then says which)."""
+    try:
+        if by_pyarrow:
+            return _read_bytes_by_pyarrow(data, schema, path)
+        table = _read_fields_only(data, schema, path)
+        return table if table is not None else _read_parsed_lines(data, schema, path)
+    except InputError:
+        return None
 
 
 def _read_parsed_lines(data: bytes, schema: pa.Schema, path: Path) -> pa.Table:
@@ -539,10 +566,36 @@ def _read_file_by_pyarrow(path: Path, schema: pa.Schema | None) -> pa.Table:
     """A JSON Lines file read by pyarrow's reader alone: where a field is a list or an object (token ids, chat
     messages, traces), which it types faster than orjson's values can be, or where it infers every field's type
     from the whole file (a generic table)."""
-    import pyarrow.json as pa_json
-
     tables.check_json_depth(path)
     _check_objects(path)
+    try:
+        table = _pyarrow_json(lambda: path, lambda: path.stat().st_size, schema)
+    except pa.ArrowException as error:
+        raise json_error(path, error, schema) from None
+    except OSError as error:
+        raise InputError(f"cannot read the file: {tables.short(error)}", file=str(path)) from None
+    return tables.check_values(table, path, locate=lambda: _locate_json_problem(path, None, None))
+
+
+def _read_bytes_by_pyarrow(data: bytes, schema: pa.Schema, path: Path) -> pa.Table | None:
+    """:func:`_read_file_by_pyarrow` of lines of ``path`` held in ``data``; None where they fail its checks."""
+    import numpy as np
+
+    if tables.too_deep_line(np.frombuffer(data, dtype=np.uint8)) is not None:
+        return None
+    if tables.first_non_object_line(iter([data])) is not None:
+        return None
+    try:
+        table = _pyarrow_json(lambda: pa.BufferReader(data), lambda: len(data), schema)
+    except pa.ArrowException:
+        return None
+    return tables.check_values(table, path)
+
+
+def _pyarrow_json(source: Any, size: Any, schema: pa.Schema | None) -> pa.Table:
+    """pyarrow's reader over ``source()`` (``size()`` bytes), in blocks that grow to hold its longest line."""
+    import pyarrow.json as pa_json
+
     parse_options = (
         pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         if schema is not None
@@ -552,17 +605,14 @@ def _read_file_by_pyarrow(path: Path, schema: pa.Schema | None) -> pa.Table:
     while True:
         try:
             read_options = pa_json.ReadOptions(block_size=block_size)
-            table = pa_json.read_json(path, read_options=read_options, parse_options=parse_options)
+            return pa_json.read_json(source(), read_options=read_options, parse_options=parse_options)
         except pa.ArrowException as error:
             # A line longer than a block (a long agentic trajectory): read again with blocks that hold it.
-            if "straddl" in str(error) and block_size < path.stat().st_size:
-                block_size = min(block_size * 8, path.stat().st_size + 1, tables.MAX_JSON_LINE_BYTES)
+            if "straddl" in str(error) and block_size < size():
+                block_size = min(block_size * 8, size() + 1, tables.MAX_JSON_LINE_BYTES)
                 if block_size > tables._JSON_BLOCK_BYTES:
                     continue
-            raise json_error(path, error, schema) from None
-        except OSError as error:
-            raise InputError(f"cannot read the file: {tables.short(error)}", file=str(path)) from None
-        return tables.check_values(table, path, locate=lambda: _locate_json_problem(path, None, None))
+            raise
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -323,7 +323,7 @@ class _FileBytes:
         return (np.frombuffer(chunk, dtype=np.uint8) for chunk in file_chunks(self.path))
 
 
-def _too_deep_line(view: Any, limit: int) -> int | None:
+def too_deep_line(view: Any, limit: int = MAX_JSON_DEPTH) -> int | None:
     """The first line of the bytes ``view`` nesting deeper than ``limit``, or None."""
     return _too_deep_in([view[start : start + _DEPTH_CHUNK] for start in range(0, len(view), _DEPTH_CHUNK)], limit)
 

@@ -33,7 +33,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..._errors import InputError
-from ..._table import POSITION, PROMPT, STEP, arrow_array, concat_tables, make_table, with_found, with_trained_default
+from ..._table import (
+    POSITION,
+    PROMPT,
+    STEP,
+    arrow_array,
+    concat_tables,
+    make_table,
+    value_codes,
+    with_found,
+    with_trained_default,
+)
 from ..arrow import columns, json_lines, tables
 from ..base import Format
 
@@ -209,24 +219,39 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     return canonical.replace_schema_metadata({b"open_instruct.n": str(n).encode()})
 
 
-def _constant_groups(table: pa.Table) -> int:
-    """How many prompt_idx groups of one step have all-equal rewards (contiguous groups of n rows)."""
-    prompts = table.column(PROMPT_IDX).to_numpy()
-    rewards = table.column("reward").to_numpy()
-    starts = np.flatnonzero(np.r_[True, prompts[1:] != prompts[:-1]])
-    low, high = np.minimum.reduceat(rewards, starts), np.maximum.reduceat(rewards, starts)
-    return int(np.sum(low == high))
+def _step_counts(steps: list[tuple[int, pa.Table]]) -> dict[str, np.ndarray]:
+    """Per step (in the order given): its prompt_idx groups, those mixing prompts (prompt_tokens differ), its true
+    prompts and its groups with all-equal rewards, from one pass over every row (prompt_idx groups are contiguous
+    runs of each step's rows)."""
+    sizes = np.array([table.num_rows for _, table in steps], dtype=np.int64)
+    whole = concat_tables(table for _, table in steps)
+    step_index = np.repeat(np.arange(len(steps)), sizes)
+    prompts = whole.column(PROMPT_IDX).to_numpy()
+    new_group = np.r_[True, (step_index[1:] != step_index[:-1]) | (prompts[1:] != prompts[:-1])]
+    starts = np.flatnonzero(new_group)
+    group_step = step_index[starts]
+    rewards = whole.column("reward").to_numpy()
+    differ = whole.column(_DIFFERS).to_numpy(zero_copy_only=False).astype(np.int64)
+    constant = np.minimum.reduceat(rewards, starts) == np.maximum.reduceat(rewards, starts)
+    mixing = np.maximum.reduceat(differ, starts) > 0
+    codes = value_codes(whole.column(PROMPT))
+    pairs = np.unique(step_index * (int(codes.max()) + 1) + codes) // (int(codes.max()) + 1)
+
+    def per_step(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(values, weights=weights, minlength=len(steps)).astype(np.int64)
+
+    return {
+        "groups": per_step(group_step),
+        "mixing": per_step(group_step, mixing),
+        "true_prompts": per_step(pairs),
+        "constant": per_step(group_step, constant),
+    }
 
 
-def _with_counts(table: pa.Table, n: int, filtered: bool) -> pa.Table:
-    """One step's table without the check column, carrying what the loader counted and noted (``filtered``: no
-    group of the run has all-equal rewards)."""
-    differ = table.column(_DIFFERS).to_numpy(zero_copy_only=False)
-    prompts = table.column(PROMPT_IDX).to_numpy()
-    groups = len(np.unique(prompts))
-    mixing = len(np.unique(prompts[differ]))
-    true_prompts = len(pc.unique(table.column(PROMPT)))
-    constant = _constant_groups(table)
+def _with_counts(table: pa.Table, n: int, filtered: bool, counts: dict[str, int]) -> pa.Table:
+    """One step's table carrying what the loader counted (``counts``: :func:`_step_counts` of the step) and noted
+    (``filtered``: no group of the run has all-equal rewards)."""
+    mixing, groups, true_prompts = counts["mixing"], counts["groups"], counts["true_prompts"]
     step = int(table.column(STEP)[0].as_py())
     notes = []
     if mixing:
@@ -249,10 +274,10 @@ def _with_counts(table: pa.Table, n: int, filtered: bool) -> pa.Table:
             "prompt_idx groups": groups,
             "rows (a response each)": table.num_rows,
             "prompt_idx groups mixing prompts (prompt_tokens differ)": mixing,
-            "groups with all-equal rewards (kept: filter_zero_std_samples off)": constant,
+            "groups with all-equal rewards (kept: filter_zero_std_samples off)": counts["constant"],
         }
     }
-    return with_found(table.drop_columns([_DIFFERS]), found, notes)
+    return with_found(table, found, notes)
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
@@ -272,18 +297,31 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         )
     n = sizes.pop()
     whole = concat_tables(table.replace_schema_metadata(None) for _, _, table in shards)
-    steps = columns.split_steps(whole)
-    positions = [table.column(POSITION).to_numpy() for _, table in steps]
-    for (step, _), position in zip(steps, positions, strict=True):
-        if len(position) and (position[0] != 0 or np.any(np.diff(position) != 1)):
-            raise InputError(
-                f"step {step} is written in two shards or twice",
-                field="step",
-                expected="each step's batch written once, in one shard",
-            )
+    whole = with_trained_default(whole, *DEFAULT)
+    steps = columns.split_steps(whole)  # each step a slice, carrying the run's default
+    # Each step's positions are 0, 1, 2, ... (one pass over every row).
+    rows = np.array([table.num_rows for _, table in steps], dtype=np.int64)
+    positions = pa.concat_tables(table.select([POSITION]) for _, table in steps).column(0).to_numpy()
+    within = np.arange(len(positions)) - np.repeat(np.cumsum(rows) - rows, rows)
+    wrong = np.flatnonzero(positions != within)
+    if wrong.size:
+        step = steps[int(np.searchsorted(np.cumsum(rows), wrong[0], side="right"))][0]
+        raise InputError(
+            f"step {step} is written in two shards or twice",
+            field="step",
+            expected="each step's batch written once, in one shard",
+        )
+    if not whole.num_rows:
+        return [table.drop_columns([_DIFFERS]) for _, table in steps]
+    counts = _step_counts(steps)
     # filter_zero_std_samples is a run setting: the note is the run's, once no step shows an all-equal group.
-    filtered = not any(_constant_groups(table) for _, table in steps)
-    return [with_trained_default(_with_counts(table, n, filtered), *DEFAULT) for _, table in steps]
+    filtered = not counts["constant"].any()
+    return [
+        _with_counts(table.drop_columns([_DIFFERS]), n, filtered, {
+            name: int(values[index]) for name, values in counts.items()
+        })
+        for index, (_, table) in enumerate(steps)
+    ]  # fmt: skip
 
 
 LOADER = Format(

@@ -528,23 +528,31 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     group_step = table.column(STEP).to_numpy()[first]
     group_reason = reason[first]
     notes = _notes(facts, int(np.sum(group_reason == reasons.index(ZERO_STD))) if ZERO_STD in reasons else 0)
-    result = []
-    for index, (step, piece) in enumerate(columns.split_steps(table, paths[0])):
-        here = group_reason[group_step == step]
-        found = {"training groups": len(here), "training rows (a rollout each)": piece.num_rows}
-        for code, why in enumerate(reasons):
-            found[f"groups not trained: {why}"] = int(np.sum(here == code))
-        if index == 0:  # the file's own counts, once
-            found["validation lines left out"] = facts["validation_lines"]
-            found["segments (process lifetimes)"] = facts["segments"] if facts["segments"] > 1 else 0
-        piece = with_found(piece, {LABEL: found}, notes)
-        piece = with_facts(
-            piece,
+    # What every step carries alike, once on the whole table (its steps are slices of it).
+    table = with_trained_default(
+        with_facts(
+            table,
             partial_groups={"why": PARTIAL_WHY, "kept": facts["kept"], "sibling": "rollout_id"},
             # A bound gathers the groups of one bound, not a trained batch: batch-wide schemes are as unknown.
             no_step=NO_STEP if facts.get("no_step") else STEP_BOUND if not facts["older"] else None,
-        )
-        result.append(with_trained_default(piece, *DEFAULT))
+        ),
+        *DEFAULT,
+    )
+    steps = columns.split_steps(table, paths[0])
+    # Groups per step and reason (-1: trained), counted in one pass.
+    step_index = np.searchsorted(np.array([step for step, _ in steps]), group_step)
+    by_reason = np.bincount(
+        step_index * (len(reasons) + 1) + group_reason + 1, minlength=len(steps) * (len(reasons) + 1)
+    ).reshape(len(steps), len(reasons) + 1)
+    result = []
+    for index, (_, piece) in enumerate(steps):
+        found = {"training groups": int(by_reason[index].sum()), "training rows (a rollout each)": piece.num_rows}
+        for code, why in enumerate(reasons):
+            found[f"groups not trained: {why}"] = int(by_reason[index, code + 1])
+        if index == 0:  # the file's own counts, once
+            found["validation lines left out"] = facts["validation_lines"]
+            found["segments (process lifetimes)"] = facts["segments"] if facts["segments"] > 1 else 0
+        result.append(with_found(piece, {LABEL: found}, notes))
     return result
 
 

@@ -410,9 +410,11 @@ def _ordered(table: pa.Table) -> bool:
     import numpy as np
 
     previous = None
-    # Piece by piece, across chunks: no column is combined, no row-sized temporary made.
-    for batch in table.select([STEP, POSITION]).to_batches(max_chunksize=PIECE_ROWS):
-        steps, positions = numpy_view(batch.column(0)), numpy_view(batch.column(1))
+    # Piece by piece, however many chunks (a step each) a piece spans: no row-sized temporary is made.
+    keys = table.select([STEP, POSITION])
+    for start in range(0, table.num_rows, PIECE_ROWS):
+        piece = keys.slice(start, PIECE_ROWS)
+        steps, positions = (numpy_view(column.combine_chunks()) for column in piece.columns)
         if len(steps) == 0:
             continue
         later, same = steps[1:] > steps[:-1], steps[1:] == steps[:-1]
