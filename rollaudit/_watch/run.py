@@ -26,7 +26,6 @@ from typing import Any
 
 from .._errors import InputError, RollauditError, RollauditWarning, warn
 from .._loaders.arrow.appended import AppendedFiles, reading_appended
-from .._loaders.arrow.columns import split_steps
 from .._loaders.options import LoadOptions
 from .._loaders.registry import FORMATS
 from .._loaders.run.discover import Run, find_runs, natural_key, run_files
@@ -60,7 +59,7 @@ class _Step:
     """A step's files as last audited: what must change for it to be audited again."""
 
     audited: dict[Path, Signature] = field(default_factory=dict)
-    steps: tuple[int, ...] = ()
+    steps: frozenset[int] = frozenset()
 
 
 def _resolved(path: str | os.PathLike[str]) -> str:
@@ -226,13 +225,14 @@ class _Follower:
             self.steps[key] = _Step(signatures)
             yield StepRecord(step=None, files=names, error=error.line(), replaces=previous is not None)
             return
-        parts = split_steps(table) if table.num_rows else []  # in step order (load gives each step's rows together)
+        # Each step's rows, in step order (load gives each step's rows together); sliced only where audited.
+        runs = list(zip(*(array.tolist() for array in _step_runs(table)), strict=True))
         self.deferred.discard(key)
-        if parts and FORMATS[self.format or formats[0]].steps_appended and not idle:
+        if runs and FORMATS[self.format or formats[0]].steps_appended and not idle:
             self.deferred.add(key)  # its newest step may still be landing
-            parts = parts[:-1]
-        values = tuple(value for value, _ in parts)
-        self.steps[key] = _Step(signatures, values + (previous.steps if previous is not None else ()))
+            runs = runs[:-1]
+        values = tuple(value for value, _, _ in runs)
+        self.steps[key] = _Step(signatures, frozenset(values).union(previous.steps if previous is not None else ()))
         several = len(values) > 1 or key in self.deferred
         unchanged: set[int] = set()
         if appended:
@@ -240,10 +240,11 @@ class _Follower:
             # file gains a step at a time, and its earlier steps are seldom touched.
             unchanged = _unchanged_steps(self.tables.get(key), table)
             self.tables[key] = table
-        for value, part in parts:
+        for value, start, rows in runs:
+            if several and value in unchanged and value in self.step_digests:
+                continue  # its rows are those its digest was made of: unchanged since its record
+            part = table if rows == table.num_rows else table.slice(start, rows)
             if several:
-                if value in unchanged and value in self.step_digests:
-                    continue  # its rows are those its digest was made of: unchanged since its record
                 digest, known = _digest(part), self.step_digests.get(value)
                 self.step_digests[value] = digest
                 if digest == known or (known is None and value in self.recorded_steps):
