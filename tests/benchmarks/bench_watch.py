@@ -59,6 +59,26 @@ def records_in(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
+def start_watch(run: Path, records: Path, *options: str) -> subprocess.Popen:
+    """``rollaudit watch RUN --jsonl RECORDS --no-cache`` with ``options``, as a user starts it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rollaudit", "watch", str(run), "--jsonl", str(records), "--no-cache", *options],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for_records(records: Path, count: int, watch: subprocess.Popen, since: float, limit: float) -> float:
+    """Seconds from ``since`` until ``records`` holds ``count`` records (SystemExit once the watch has died or
+    ``limit`` seconds have passed)."""
+    while records_in(records) < count:
+        if time.perf_counter() > since + limit or watch.poll() is not None:
+            raise SystemExit(f"no record {count}: {watch.stderr.read().decode() if watch.stderr else ''}")
+        time.sleep(0.002)
+    return time.perf_counter() - since
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="30 steps and 2 s idle (CI)")
@@ -68,36 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         run, records = Path(scratch) / "run", Path(scratch) / "audit.jsonl"
         run.mkdir()
-        watch = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollaudit",
-                "watch",
-                str(run),
-                "--jsonl",
-                str(records),
-                "--no-cache",
-                "-s",
-                "batch",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        watch = start_watch(run, records, "-s", "batch")
         latencies, memory = [], {}
         try:
             for step in range(1, steps + 1):
                 write_step(run, step, rng)
-                landed = time.perf_counter()
-                deadline = landed + 120
-                while records_in(records) < step:
-                    if time.perf_counter() > deadline or watch.poll() is not None:
-                        raise SystemExit(
-                            f"no record for step {step}: {watch.stderr.read().decode() if watch.stderr else ''}"
-                        )
-                    time.sleep(0.002)
-                latencies.append(time.perf_counter() - landed)
+                latencies.append(wait_for_records(records, step, watch, time.perf_counter(), 120))
                 if step in (min(100, steps // 3), steps):
                     memory[step] = rss_mb(watch.pid)
             before = cpu_seconds(watch.pid)

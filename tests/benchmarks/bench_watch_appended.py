@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "sample_dumps")]
 
 import generate_torchtitan  # noqa: E402
 
-from tests.benchmarks.bench_watch import records_in, rss_mb  # noqa: E402
+from tests.benchmarks.bench_watch import rss_mb, start_watch, wait_for_records  # noqa: E402
 
 WINDOW = 50
 
@@ -83,7 +82,8 @@ def torchtitan_writer(run: Path) -> tuple[Path, Callable[[int], bytes]]:
     return run / "outputs" / "rl" / generate_torchtitan.FILE_NAME, step_lines
 
 
-def measure(name: str, writer: Callable[[Path], tuple[Path, Callable[[int], bytes]]], steps: int) -> dict:
+def measure(writer: Callable[[Path], tuple[Path, Callable[[int], bytes]]], steps: int) -> dict:
+    window = min(WINDOW, (steps - 1) // 2)
     with tempfile.TemporaryDirectory() as scratch:
         run, records = Path(scratch) / "run", Path(scratch) / "audit.jsonl"
         run.mkdir()
@@ -91,25 +91,14 @@ def measure(name: str, writer: Callable[[Path], tuple[Path, Callable[[int], byte
         pending = [step_lines(step) for step in range(1, steps + 2)]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(pending[0])
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "rollaudit", "watch", str(run), "--jsonl", str(records), "--no-cache"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        watch = start_watch(run, records)
         latencies, memory = [], {}
         try:
             for step in range(1, steps + 1):
                 with open(target, "ab") as handle:
                     handle.write(pending[step])  # step + 1 lands: step is whole
-                appended = time.perf_counter()
-                deadline = appended + 300
-                while records_in(records) < step:
-                    if time.perf_counter() > deadline or watch.poll() is not None:
-                        raise SystemExit(f"{name}: no record for step {step}: {watch.stderr.read().decode()}")
-                    time.sleep(0.002)
-                latencies.append(time.perf_counter() - appended)
-                if step in (WINDOW + 1, steps):
+                latencies.append(wait_for_records(records, step, watch, time.perf_counter(), 300))
+                if step in (window + 1, steps):
                     memory[step] = rss_mb(watch.pid)
         finally:
             watch.terminate()
@@ -117,7 +106,6 @@ def measure(name: str, writer: Callable[[Path], tuple[Path, Callable[[int], byte
         last = json.loads(records.read_text().splitlines()[-1])
         assert last["step"] == steps and last.get("error") is None, last
         size = target.stat().st_size
-    window = min(WINDOW, (steps - 1) // 2)
     start, end = statistics.median(latencies[1 : 1 + window]), statistics.median(latencies[-window:])
     return {
         "steps": steps,
@@ -137,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     steps = 40 if args.small else args.steps
     numbers = {
-        "open_instruct": measure("open_instruct", open_instruct_writer, steps),
-        "torchtitan": measure("torchtitan", torchtitan_writer, steps),
+        "open_instruct": measure(open_instruct_writer, steps),
+        "torchtitan": measure(torchtitan_writer, steps),
     }
     print(f"watch: {steps} steps appended to one file, a step at a time")
     print(json.dumps(numbers, indent=2))
