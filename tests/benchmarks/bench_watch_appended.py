@@ -35,7 +35,8 @@ WINDOW = 50
 
 
 def open_instruct_writer(run: Path) -> tuple[Path, Callable[[int], bytes]]:
-    """``{run_name}_rollouts_000000.jsonl`` and the lines of a step: 2 prompts of n = 4 responses (centered)."""
+    """``{run_name}_rollouts_000000.jsonl`` and the lines of a step: 2 prompts of 60 tokens, n = 4 responses of
+    50-400 tokens each (centered advantages)."""
     folder = run / "rollouts"
     folder.mkdir(parents=True)
     rng = random.Random(7)
@@ -43,13 +44,14 @@ def open_instruct_writer(run: Path) -> tuple[Path, Callable[[int], bytes]]:
     def step_lines(step: int) -> bytes:
         lines = []
         for prompt in range(2):
+            tokens = [rng.randrange(5, 30000) for _ in range(60)]
             rewards = [float(rng.random() < 0.5) for _ in range(4)]
             mean = sum(rewards) / 4
             for place, reward in enumerate(rewards):
                 index = prompt * 4 + place
                 line = {
                     "step": step, "sample_idx": index, "prompt_idx": prompt,
-                    "prompt_tokens": [rng.randrange(5, 30000) for _ in range(60)],
+                    "prompt_tokens": tokens,
                     "response_tokens": [rng.randrange(5, 30000) for _ in range(rng.randrange(50, 400))],
                     "reward": reward, "advantage": reward - mean, "finish_reason": "stop", "dataset": "gsm8k",
                     "ground_truth": "4", "request_info": None,

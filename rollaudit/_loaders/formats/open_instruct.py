@@ -197,8 +197,11 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         )
     group_head = run_start + prompts * n
     differ = _differ_from_group_head(table.column("prompt_tokens"), group_head, path)
-    prompt_tokens = columns.plain(table.column("prompt_tokens"))
-    true_prompt = pc.binary_join(prompt_tokens.cast(pa.list_(pa.string())), ",")
+    # A row's key is its group head's unless its tokens differ: the keys of those rows alone are written.
+    source = np.where(differ, np.arange(rows), group_head)
+    written, place = np.unique(source, return_inverse=True)
+    prompt_tokens = columns.plain(table.column("prompt_tokens")).take(arrow_array(written))
+    true_prompt = pc.binary_join(prompt_tokens.cast(pa.list_(pa.string())), ",").take(arrow_array(place.reshape(-1)))
     response, _ = _offsets(table.column("response_tokens"), path, "response_tokens")
     reward = columns.plain(table.column("reward"))
     if reward.null_count:
