@@ -290,8 +290,11 @@ def _unchanged_steps(previous: Any, table: Any) -> set[int]:
     common, old_at, new_at = common[same_size], old_at[same_size], new_at[same_size]
     counts = old_counts[old_at]
     prefix = int(counts.sum())
-    if np.array_equal(old_starts[old_at], new_starts[new_at]) and previous.slice(0, prefix).equals(
-        table.slice(0, prefix)
+    tiled = int((old_starts[old_at] + counts).max(initial=0)) == prefix  # the steps fill the first rows
+    if (
+        tiled
+        and np.array_equal(old_starts[old_at], new_starts[new_at])
+        and previous.slice(0, prefix).equals(table.slice(0, prefix))
     ):
         return {int(step) for step in common}  # the usual case: the same first rows (NaNs compare unequal here)
     within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)

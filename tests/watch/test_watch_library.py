@@ -336,3 +336,26 @@ def test_torchtitans_file_appended_as_groups_finish(tmp_path: Path) -> None:
         assert record.replaces == (record.step in seen)
         seen.add(record.step)
     assert any(record.replaces for record in records)
+
+
+def test_steps_unchanged_between_two_reads_of_a_file() -> None:
+    """The steps whose rows are those of the last read: found in one comparison where they are the first rows,
+    by their rows wherever they lie, and none where a step of the same size changed (each is then digested)."""
+    from rollaudit._watch.run import _unchanged_steps
+
+    def table(steps: list[int], rewards: list[float]) -> pa.Table:
+        return pa.table({"step": steps, "reward": rewards})
+
+    before = table([1, 1, 2, 2, 3, 3], [0.0, 1.0, 1.0, 0.0, 0.5, 0.5])
+    assert _unchanged_steps(None, before) == set()
+    assert _unchanged_steps(before, table([1, 1, 2, 2, 3, 3, 4], [0.0, 1.0, 1.0, 0.0, 0.5, 0.5, 1.0])) == {1, 2, 3}
+    # A step gaining a row is not unchanged; those after it moved, and are compared where they now lie.
+    grown = table([1, 1, 2, 2, 2, 3, 3], [0.0, 1.0, 1.0, 0.0, 1.0, 0.5, 0.5])
+    assert _unchanged_steps(before, grown) == {1, 3}
+    # A step in the middle replaced by another of its size: the steps around it are compared by their rows.
+    swapped = table([1, 1, 5, 5, 3, 3], [0.0, 1.0, 1.0, 0.0, 0.5, 0.5])
+    assert _unchanged_steps(before, swapped) == {1, 3}
+    # A NaN reward: equal rows, compared by their bytes.
+    with_nan = table([1, 1, 2, 2], [float("nan"), 1.0, 1.0, 0.0])
+    assert _unchanged_steps(with_nan, with_nan.slice(0, 4)) == {1, 2}
+    assert _unchanged_steps(before, table([1, 1, 2, 2, 3, 3], [0.0, 1.0, 1.0, 9.0, 0.5, 0.5])) == set()
