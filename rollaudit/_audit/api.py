@@ -463,8 +463,6 @@ def _recorded_in_part(
     """The report of a dump that holds part of its groups while their recorded advantages cover the whole group:
     no scheme recomputed from the dumped rows is auditable; the run's scheme is the one its recorded values are
     consistent with on every group, and said so."""
-    from .metric_names import METRICS
-
     reason = partial.reason()
     not_auditable = {**{name: reason for name in plan.schemes}, **plan.not_auditable}
     groups = f"{partial.groups:,} group{'s' if partial.groups != 1 else ''}"
@@ -493,16 +491,14 @@ def _recorded_in_part(
         info["not_trained"] = left_out
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
-    nothing = {metric: np.zeros(0) for metric in METRICS}
+    summary, per_step = _summary_and_steps(encoded, {})  # no scheme: no row
     return Report(
         reference=plan.reference,
         schemes=[],
         not_auditable=not_auditable,
         trained_with=trained,
-        summary_table=Columns({"scheme": np.zeros(0, dtype=object), **nothing}, ("scheme",)),
-        per_step_table=Columns(
-            {"step": np.zeros(0, dtype=np.int64), "scheme": np.zeros(0, dtype=object), **nothing}, ("step", "scheme")
-        ),
+        summary_table=summary,
+        per_step_table=per_step,
         per_prompt_table=Columns({}),
         histograms={},
         info=info,

@@ -81,7 +81,7 @@ def densify(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
         present[shifted] = 1
         code_of = present.cumsum_(0).sub_(1)
         return code_of[shifted], int(code_of[-1]) + 1
-    if keys.device.type == "cpu" and count < _TORCH_SORT_ROWS:
+    if keys.device.type == "cpu":
         codes, found = sorted_codes(keys.numpy())
         return torch.from_numpy(codes), found
     uniques, codes = torch.unique(keys, return_inverse=True)
