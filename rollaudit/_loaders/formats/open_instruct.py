@@ -222,13 +222,11 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     return canonical.replace_schema_metadata({b"open_instruct.n": str(n).encode()})
 
 
-def _step_counts(steps: list[tuple[int, pa.Table]]) -> dict[str, np.ndarray]:
-    """Per step (in the order given): its prompt_idx groups, those mixing prompts (prompt_tokens differ), its true
-    prompts and its groups with all-equal rewards, from one pass over every row (prompt_idx groups are contiguous
-    runs of each step's rows)."""
-    sizes = np.array([table.num_rows for _, table in steps], dtype=np.int64)
-    whole = concat_tables(table for _, table in steps)
-    step_index = np.repeat(np.arange(len(steps)), sizes)
+def _step_counts(whole: pa.Table, sizes: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step of ``whole`` (its steps one after the other, ``sizes`` rows each): its prompt_idx groups, those
+    mixing prompts (prompt_tokens differ), its true prompts and its groups with all-equal rewards, from one pass
+    over every row (prompt_idx groups are contiguous runs of each step's rows)."""
+    step_index = np.repeat(np.arange(len(sizes)), sizes)
     prompts = whole.column(PROMPT_IDX).to_numpy()
     new_group = np.r_[True, (step_index[1:] != step_index[:-1]) | (prompts[1:] != prompts[:-1])]
     starts = np.flatnonzero(new_group)
@@ -238,10 +236,11 @@ def _step_counts(steps: list[tuple[int, pa.Table]]) -> dict[str, np.ndarray]:
     constant = np.minimum.reduceat(rewards, starts) == np.maximum.reduceat(rewards, starts)
     mixing = np.maximum.reduceat(differ, starts) > 0
     codes = value_codes(whole.column(PROMPT))
-    pairs = np.unique(step_index * (int(codes.max()) + 1) + codes) // (int(codes.max()) + 1)
+    span = int(codes.max()) + 1
+    pairs = np.unique(step_index * span + codes) // span  # the step of each distinct (step, prompt)
 
     def per_step(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        return np.bincount(values, weights=weights, minlength=len(steps)).astype(np.int64)
+        return np.bincount(values, weights=weights, minlength=len(sizes)).astype(np.int64)
 
     return {
         "groups": per_step(group_step),
@@ -302,9 +301,10 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     whole = concat_tables(table.replace_schema_metadata(None) for _, _, table in shards)
     whole = with_trained_default(whole, *DEFAULT)
     steps = columns.split_steps(whole)  # each step a slice, carrying the run's default
-    # Each step's positions are 0, 1, 2, ... (one pass over every row).
+    # The steps one after the other, in one pass over every row: each step's positions are 0, 1, 2, ...
     rows = np.array([table.num_rows for _, table in steps], dtype=np.int64)
-    positions = pa.concat_tables(table.select([POSITION]) for _, table in steps).column(0).to_numpy()
+    ordered = pa.concat_tables(table for _, table in steps)
+    positions = ordered.column(POSITION).to_numpy()
     within = np.arange(len(positions)) - np.repeat(np.cumsum(rows) - rows, rows)
     wrong = np.flatnonzero(positions != within)
     if wrong.size:
@@ -316,7 +316,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
         )
     if not whole.num_rows:
         return [table.drop_columns([_DIFFERS]) for _, table in steps]
-    counts = _step_counts(steps)
+    counts = _step_counts(ordered, rows)
     # filter_zero_std_samples is a run setting: the note is the run's, once no step shows an all-equal group.
     filtered = not counts["constant"].any()
     return [
