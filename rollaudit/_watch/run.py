@@ -11,7 +11,8 @@ A file that gains a step at a time (``Format.steps_appended``) is parsed only wh
 (:mod:`rollaudit._loaders.arrow.appended`: what was read is checked still there, else the file is read whole).
 
 Between looks the process sleeps on file notifications (:mod:`.follow`). Only the per-step records leave this
-module: no table outlives its step, so memory is flat in the number of steps.
+module, and no table outlives its step, but for a file that gains a step at a time: its parsed rows and its last
+table are kept for the next look, so memory grows with that file (open-instruct starts a new one every 10,000 rows).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class _Follower:
         self.deferred: set[str] = set()
         self.step_digests: dict[int, bytes] = {}
         self.appended = AppendedFiles()
-        self.tables: dict[str, Any] = {}  # of a file that gains a step at a time: its table at the last read
+        # Of a file that gains a step at a time: its table at the last read, and that table's steps.
+        self.tables: dict[str, tuple[Any, tuple[Any, Any, Any]]] = {}
         self.discovered_at = -math.inf
         # What each step trained with (its records', then this watch's): a step says when it differs from the
         # step before it.
@@ -226,7 +228,8 @@ class _Follower:
             yield StepRecord(step=None, files=names, error=error.line(), replaces=previous is not None)
             return
         # Each step's rows, in step order (load gives each step's rows together); sliced only where audited.
-        runs = list(zip(*(array.tolist() for array in _step_runs(table)), strict=True))
+        step_runs = _step_runs(table)
+        runs = list(zip(*(array.tolist() for array in step_runs), strict=True))
         self.deferred.discard(key)
         if runs and FORMATS[self.format or formats[0]].steps_appended and not idle:
             self.deferred.add(key)  # its newest step may still be landing
@@ -238,8 +241,8 @@ class _Follower:
         if appended:
             # The steps whose rows are those of the last read (one comparison of all of them, not one a step): a
             # file gains a step at a time, and its earlier steps are seldom touched.
-            unchanged = _unchanged_steps(self.tables.get(key), table)
-            self.tables[key] = table
+            unchanged = _unchanged_steps(self.tables.get(key), (table, step_runs))
+            self.tables[key] = table, step_runs
         for value, start, rows in runs:
             if several and value in unchanged and value in self.step_digests:
                 continue  # its rows are those its digest was made of: unchanged since its record
@@ -274,17 +277,19 @@ def _step_runs(table: Any) -> tuple[Any, Any, Any]:
     return steps[starts], starts, np.diff(np.r_[starts, len(steps)])
 
 
-def _unchanged_steps(previous: Any, table: Any) -> set[int]:
-    """The steps whose rows in ``table`` are those they had in ``previous`` (both in step order): every step of
-    the same row count in both, where all of them compare equal at once; none otherwise (then each step is
-    compared by its digest)."""
+def _unchanged_steps(before: tuple[Any, Any] | None, now: tuple[Any, Any]) -> set[int]:
+    """The steps whose rows in the table ``now`` are those they had in the table ``before`` (each in step order,
+    given with its :func:`_step_runs`): every step of the same row count in both, where all of them compare equal
+    at once; none otherwise (then each step is compared by its digest)."""
     import numpy as np
     import pyarrow as pa
 
-    if previous is None or not previous.schema.remove_metadata().equals(table.schema.remove_metadata()):
+    table, (new_steps, new_starts, new_counts) = now
+    if before is None:
         return set()
-    old_steps, old_starts, old_counts = _step_runs(previous)
-    new_steps, new_starts, new_counts = _step_runs(table)
+    previous, (old_steps, old_starts, old_counts) = before
+    if not previous.schema.remove_metadata().equals(table.schema.remove_metadata()):
+        return set()
     common, old_at, new_at = np.intersect1d(old_steps, new_steps, assume_unique=True, return_indices=True)
     same_size = old_counts[old_at] == new_counts[new_at]
     common, old_at, new_at = common[same_size], old_at[same_size], new_at[same_size]
@@ -297,7 +302,7 @@ def _unchanged_steps(previous: Any, table: Any) -> set[int]:
         and previous.slice(0, prefix).equals(table.slice(0, prefix))
     ):
         return {int(step) for step in common}  # the usual case: the same first rows (NaNs compare unequal here)
-    within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    within = np.arange(prefix) - np.repeat(np.cumsum(counts) - counts, counts)
     old_rows = np.repeat(old_starts[old_at], counts) + within
     new_rows = np.repeat(new_starts[new_at], counts) + within
     if _digest(previous.take(pa.array(old_rows))) != _digest(table.take(pa.array(new_rows))):

@@ -341,10 +341,12 @@ def test_torchtitans_file_appended_as_groups_finish(tmp_path: Path) -> None:
 def test_steps_unchanged_between_two_reads_of_a_file() -> None:
     """The steps whose rows are those of the last read: found in one comparison where they are the first rows,
     by their rows wherever they lie, and none where a step of the same size changed (each is then digested)."""
-    from rollaudit._watch.run import _unchanged_steps
+    from rollaudit._watch.run import _step_runs, _unchanged_steps
 
-    def table(steps: list[int], rewards: list[float]) -> pa.Table:
-        return pa.table({"step": steps, "reward": rewards})
+    def table(steps: list[int], rewards: list[float]) -> tuple[pa.Table, tuple]:
+        """A table and its steps, as the watch keeps them."""
+        made = pa.table({"step": steps, "reward": rewards})
+        return made, _step_runs(made)
 
     before = table([1, 1, 2, 2, 3, 3], [0.0, 1.0, 1.0, 0.0, 0.5, 0.5])
     assert _unchanged_steps(None, before) == set()
@@ -357,5 +359,5 @@ def test_steps_unchanged_between_two_reads_of_a_file() -> None:
     assert _unchanged_steps(before, swapped) == {1, 3}
     # A NaN reward: equal rows, compared by their bytes.
     with_nan = table([1, 1, 2, 2], [float("nan"), 1.0, 1.0, 0.0])
-    assert _unchanged_steps(with_nan, with_nan.slice(0, 4)) == {1, 2}
+    assert _unchanged_steps(with_nan, table([1, 1, 2, 2], [float("nan"), 1.0, 1.0, 0.0])) == {1, 2}
     assert _unchanged_steps(before, table([1, 1, 2, 2, 3, 3], [0.0, 1.0, 1.0, 9.0, 0.5, 0.5])) == set()
