@@ -49,6 +49,13 @@ def pandas_refused() -> Iterator[None]:
         allow_pandas()
 
 
+def refuse_pandas() -> None:
+    """In a process of rollaudit's own that never returns a DataFrame (a pool worker), from now on as within
+    :func:`pandas_refused`: 45-55 MB and 0.2 s of CPU less per worker."""
+    if "pandas" not in sys.modules and _REFUSER not in sys.meta_path:
+        sys.meta_path.insert(0, _REFUSER)
+
+
 def allow_pandas() -> None:
     """Let pandas be imported from now on (before rollaudit itself imports it)."""
     if _REFUSER in sys.meta_path:

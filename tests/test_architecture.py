@@ -60,6 +60,7 @@ ROOMS = {
         "rollaudit._output",
         "rollaudit._version",
         "rollaudit._memory",
+        "rollaudit._pandas_import",
         "rollaudit._loaders.options",
         "rollaudit._loaders.registry",
         "rollaudit._loaders.arrow",
@@ -69,7 +70,8 @@ ROOMS = {
 """Rooms inside a stage, and what each may import besides itself and ``rollaudit._errors``: the safe torch.save
 reader knows no format, the Arrow readers no format either (their shared-memory files are swept as the output
 temporaries are), a format plug-in knows the readers it uses and the interface, the run machinery finds formats
-through the registry alone and reads cache entries through the capped Arrow reader (they are untrusted too), and
+through the registry alone, reads cache entries through the capped Arrow reader (they are untrusted too) and
+keeps pandas out of its worker processes, and
 the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
 metrics or the report built on it."""
 

@@ -133,7 +133,7 @@ def compare(
 
     config = {"command": "compare", "reference": reference, "schemes": names, "trained_with": trained_with}
     boards = open_dashboards(dashboards, inputs=inputs, config=config, quiet=quiet)
-    loaded = load_inputs(inputs, load, quiet=quiet)
+    loaded = load_inputs(inputs, load, quiet=quiet, audits=True)
     table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
     if prompt is not None:
         rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
@@ -250,7 +250,7 @@ def convert(
             expected=f"one of {', '.join(TABLE_WRITERS)}",
         )
     names = scheme_strings(schemes, []) if schemes else []
-    table = load_inputs(inputs, load, quiet=quiet).table
+    table = load_inputs(inputs, load, quiet=quiet, audits=bool(names)).table
     if names:
         import rollaudit
 
@@ -335,7 +335,7 @@ def gate(
         "trained_with": config.trained_with,
     }
     boards = open_dashboards(dashboards, inputs=inputs, config=config_items, quiet=quiet)
-    table = load_inputs(inputs, load, quiet=quiet).table
+    table = load_inputs(inputs, load, quiet=quiet, audits=True).table
     with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
         result = run_gate(table, config, device.value)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -104,14 +104,17 @@ def audit_status(samples: int, schemes: int, quiet: bool, console: Console | Non
         yield
 
 
-def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool) -> Loaded:
-    """Expand the inputs, load them with ``load`` (a progress bar when big) and say what was loaded."""
+def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool, audits: bool = False) -> Loaded:
+    """Expand the inputs, load them with ``load`` (a progress bar when big) and say what was loaded; ``audits``:
+    the command audits the table next, and imports the audit's engine (torch) while worker processes read."""
     import rollaudit
+
+    from .._loaders.run.engine import meanwhile
 
     files = rollaudit.expand_paths(inputs)
     sizes = [path.stat().st_size for path in files]
     started = time.perf_counter()
-    with progress(files, sizes, quiet) as on_file:
+    with progress(files, sizes, quiet) as on_file, meanwhile(_import_audit_engine) if audits else nullcontext():
         table = rollaudit.load(files, load, on_file=on_file)
     seconds = time.perf_counter() - started
     return Loaded(
@@ -123,6 +126,11 @@ def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool) -> Loaded:
             "seconds": round(seconds, 4),
         },
     )
+
+
+def _import_audit_engine() -> None:
+    with suppress(ImportError):  # the audit names what is missing
+        import rollaudit._audit.engine.encode  # noqa: F401  (torch)
 
 
 def check_plot_directory(directory: Path) -> Path:

@@ -17,6 +17,7 @@ from rollaudit._errors import InputError, RollauditWarning, UsageError
 from rollaudit._loaders.registry import FORMATS
 from rollaudit._loaders.run import cache as _cache
 from rollaudit._loaders.run import engine as _engine
+from rollaudit._loaders.run.item import WorkItem
 from tests.benchmarks.bench_run import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,6 +331,64 @@ def test_run_options_are_checked_before_any_file_is_read(small_run: Path):
     ]:
         with pytest.raises(UsageError, match=text):
             rollaudit.load(small_run / "missing.pt", **keywords)
+
+
+def _items(sizes: list[int]) -> list[tuple[int, WorkItem]]:
+    return [
+        (index, WorkItem(Path(f"{index}.jsonl"), Path(f"/{index}.jsonl"), size, 0)) for index, size in enumerate(sizes)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "jobs"),
+    [([460_000] * 400, 2), ([460_000] * 2000, 2), ([100] * 7, 2), ([5 << 20, 1, 1, 9 << 20, 1] * 30, 3), ([], 2)],
+)
+def test_worker_tasks_are_runs_of_consecutive_files_sized_for_their_workers(sizes: list[int], jobs: int):
+    work = _items(sizes)
+    tasks = _engine.tasks_of(work, jobs)
+    assert [pair for task in tasks for pair in task] == work  # every file once, in order
+    share = max(1, len(work) // (jobs * _engine.TASKS_PER_WORKER))
+    for task in tasks:
+        assert task and len(task) <= share
+        assert sum(item.size for _, item in task[1:]) <= _engine.TASK_BYTES
+    if len(work) >= jobs * _engine.TASKS_PER_WORKER:
+        assert len(tasks) >= jobs * _engine.TASKS_PER_WORKER  # the last tasks end close together
+    if sizes == [460_000] * 400:
+        assert len(tasks) < len(work) / 10  # not a round trip to a worker per file
+
+
+def test_a_worker_task_stops_at_its_first_file_that_fails(small_run: Path):
+    broken = small_run / "2.pt"
+    broken.write_bytes(b"not a dump")
+    files = [("slime", small_run / f"{step}.pt") for step in (1, 2, 3)]
+    outcomes = _engine.read_outcomes(files, rollaudit.LoadOptions())
+    assert [outcome.error is None for outcome in outcomes] == [True, False]
+
+
+def test_work_given_for_meanwhile_runs_once_while_workers_read_and_never_for_a_read_here(small_run: Path):
+    calls: list[int] = []
+    with _engine.meanwhile(lambda: calls.append(1)):
+        parallel = rollaudit.load(small_run, jobs=2)
+        assert calls == [1]
+        assert rollaudit.load(small_run, jobs=1).equals(parallel)
+    assert calls == [1]
+    rollaudit.load(small_run, jobs=2)
+    assert calls == [1]  # only within
+
+
+def test_pool_workers_read_without_importing_pandas():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_engine._start_worker) as pool:
+        files = [
+            ("verl", DUMPS / "verl_v1" / "rollout_data" / "3.jsonl"),
+            ("slime", DUMPS / "fanout" / "rollout_data" / "3.pt"),
+        ]
+        outcomes = pool.submit(_engine.read_outcomes, files, rollaudit.LoadOptions()).result()
+        assert [outcome.table.num_rows > 0 for outcome in outcomes] == [True, True]
+        assert pool.submit(eval, "'pandas' in __import__('sys').modules").result() is False
 
 
 def test_default_jobs_stay_in_process_for_one_file_or_a_small_run():

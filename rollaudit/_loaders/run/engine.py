@@ -18,7 +18,8 @@ Engines run the ``read`` calls:
 - ``ray``: the same function as Ray tasks on a running cluster (or a local
   Ray started for the purpose); files must be readable where the tasks run.
 
-Files the cache (:mod:`.cache`) holds are not read at all.
+Files the cache (:mod:`.cache`) holds are not read at all. Within :func:`meanwhile`, this process does other
+work of its own (a command imports torch) while worker processes read.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import dataclasses
 import functools
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -44,8 +47,8 @@ if TYPE_CHECKING:
     from ..options import LoadOptions
 
 # Below this many bytes to read, worker processes cost more than they save. A worker's first
-# result comes 0.5-2 s after the pool starts (its interpreter, then rollaudit, pyarrow and the
-# pandas that pyarrow imports on its first array: ~0.8 s of CPU), while one process reduces
+# result comes 0.3-2 s after the pool starts (its interpreter, then rollaudit and pyarrow:
+# ~0.3 s of CPU; pandas is not imported there), while one process reduces
 # slime dumps at ~70 MB/s (tests/benchmarks/bench_run.py, 2 cores): two workers only pay off
 # from ~70-140 MB on.
 SMALL_RUN_BYTES = 64 << 20
@@ -53,6 +56,19 @@ RAY_EXTRA_MISSING = "--engine ray needs the ray extra: pip install 'rollaudit[ra
 
 OnFile = Callable[[str, int], Any]
 Detect = Callable[[Path], str]
+_MEANWHILE: ContextVar[Callable[[], object] | None] = ContextVar("meanwhile", default=None)
+
+
+@contextmanager
+def meanwhile(task: Callable[[], object]) -> Iterator[None]:
+    """Loads within run ``task`` in this process while worker processes read their files (once, after the files
+    are handed out), where it would otherwise idle: ``compare`` imports torch there (1.2-1.4 s, about a third of a
+    400-step verl run's command). A load read in this process does not run it."""
+    token = _MEANWHILE.set(task)
+    try:
+        yield
+    finally:
+        _MEANWHILE.reset(token)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -252,9 +268,16 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
     context = multiprocessing.get_context(method)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker)
     try:
-        futures = {pool.submit(read_outcome, str(item.format), item.absolute, options): index for index, item in work}
+        futures = {
+            pool.submit(read_outcomes, [(str(item.format), item.absolute) for _, item in task], options): task
+            for task in tasks_of(work, jobs)
+        }
+        task = _MEANWHILE.get()
+        if task is not None:
+            task()
         for future in as_completed(futures):
-            done(futures[future], future.result())
+            for (index, _), outcome in zip(futures[future], future.result(), strict=False):
+                done(index, outcome)
     except BrokenProcessPool:
         raise WorkersDied from None
     except BaseException as error:
@@ -266,14 +289,47 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+TASKS_PER_WORKER = 8
+TASK_BYTES = 8 << 20
+
+
+def tasks_of(work: list[tuple[int, WorkItem]], jobs: int) -> list[list[tuple[int, WorkItem]]]:
+    """``work`` in runs of consecutive files, one task each: a task per file would cost a round trip to a worker
+    per file (a 460 KB verl step is read in 3 ms), yet each worker needs several tasks for the last ones to end
+    together. A task holds at most 1/``TASKS_PER_WORKER`` of a worker's share, and at most ``TASK_BYTES`` bytes
+    beyond its first file."""
+    share = max(1, len(work) // (jobs * TASKS_PER_WORKER))
+    tasks: list[list[tuple[int, WorkItem]]] = []
+    size = 0
+    for index, item in work:
+        if not tasks or len(tasks[-1]) >= share or size + item.size > TASK_BYTES:
+            tasks.append([])
+            size = 0
+        tasks[-1].append((index, item))
+        size += item.size
+    return tasks
+
+
+def read_outcomes(files: list[tuple[str, Path]], options: LoadOptions) -> list[Outcome]:
+    """:func:`read_outcome` of each ``(format, path)`` in turn, up to the first that fails (the load stops there)."""
+    outcomes = []
+    for format_name, path in files:
+        outcomes.append(read_outcome(format_name, path, options))
+        if outcomes[-1].error is not None:
+            break
+    return outcomes
+
+
 def _start_worker() -> None:
     """Workers leave Ctrl-C to this process, which stops them: no traceback from each. Their memory is
-    rollaudit's own (see ``rollaudit._memory``)."""
+    rollaudit's own (see ``rollaudit._memory``), and they send tables, never DataFrames (pandas is not imported)."""
     import signal
 
     from ..._memory import prefer_small_pages
+    from ..._pandas_import import refuse_pandas
 
     prefer_small_pages()
+    refuse_pandas()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
