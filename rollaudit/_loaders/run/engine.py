@@ -10,8 +10,9 @@ tables reach this process, so memory stays flat however many files a run has.
 Engines run the ``read`` calls:
 
 - ``local``, ``jobs=1``: in this process, one file after the other.
-- ``local``, ``jobs>1``: a :class:`concurrent.futures.ProcessPoolExecutor`
-  on a ``forkserver`` context (``spawn`` where there is none): never ``fork``
+- ``local``, ``jobs>1``: a :class:`concurrent.futures.ProcessPoolExecutor`,
+  each task a run of consecutive files (:func:`tasks_of`), on a
+  ``forkserver`` context (``spawn`` where there is none): never ``fork``
   a process that may hold torch's or pyarrow's threads. Like any
   multiprocessing code, a script that loads with ``jobs>1`` needs the usual
   ``if __name__ == "__main__":`` guard.
@@ -272,9 +273,9 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
             pool.submit(read_outcomes, [(str(item.format), item.absolute) for _, item in task], options): task
             for task in tasks_of(work, jobs)
         }
-        task = _MEANWHILE.get()
-        if task is not None:
-            task()
+        own_work = _MEANWHILE.get()
+        if own_work is not None:
+            own_work()
         for future in as_completed(futures):
             for (index, _), outcome in zip(futures[future], future.result(), strict=False):
                 done(index, outcome)
