@@ -158,11 +158,24 @@ def numpy_view(array: pa.Array) -> Any:
 def value_codes(column: pa.Array | pa.ChunkedArray) -> Any:
     """A code per row, equal values equal codes, a null a value of its own, as an int64 numpy array: Arrow's
     dictionary codes (its group_by starts its query engine, a fortieth of a second, and to_numpy imports pandas)."""
+    return dictionary_codes(column, "encode")[0]
+
+
+def dictionary_codes(column: pa.Array | pa.ChunkedArray, nulls: str) -> tuple[Any, int]:
+    """Arrow's dictionary codes of ``column`` (first appearance first) as an int64 numpy array, and how many distinct
+    values there are; ``nulls``: ``"encode"``, a null is a value of its own, or ``"mask"``, a null is coded 0 and
+    not counted. A column of many chunks (a run's files) is coded chunk by chunk against one dictionary, the codes
+    a whole column's would be: its values are never copied into one chunk."""
+    import numpy as np
     import pyarrow.compute as pc
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    return numpy_view(pc.dictionary_encode(column, null_encoding="encode").indices.cast(pa.int64()))
+    encoded = pc.dictionary_encode(column, null_encoding=nulls)
+    chunks = [chunk for chunk in encoded.chunks if len(chunk)] if isinstance(encoded, pa.ChunkedArray) else [encoded]
+    if not chunks:
+        return np.zeros(0, dtype=np.int64), 0
+    indices = [numpy_view(pc.fill_null(chunk.indices, 0) if chunk.null_count else chunk.indices) for chunk in chunks]
+    codes = indices[0].astype(np.int64) if len(indices) == 1 else np.concatenate(indices, dtype=np.int64)
+    return codes, len(chunks[0].dictionary)
 
 
 def group_codes(table: pa.Table, names: Iterable[str]) -> Any:

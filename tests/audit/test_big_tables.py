@@ -8,14 +8,17 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rollaudit
 import rollaudit._audit.engine.groups as groups_module
 from rollaudit._audit.engine.encode import encode
 from rollaudit._audit.engine.groups import grouping_of
-from rollaudit._table import AUDITED_COLUMNS, PROMPT, TRAJECTORY
+from rollaudit._table import AUDITED_COLUMNS, PROMPT, TRAJECTORY, dictionary_codes
 
 SAMPLES = rollaudit.__path__[0] + "/../sample_dumps"
 
@@ -107,15 +110,42 @@ def test_no_code_is_made_for_trajectory_keys_no_row_has():
     assert "trajectory" in report.not_auditable
 
 
-def test_load_joins_each_audited_column_into_one_chunk():
+def test_load_joins_each_audited_number_column_into_one_chunk_and_leaves_text_keys_in_the_files_chunks():
     run = rollaudit.load(SAMPLES + "/verl/rollout_data")
     files = rollaudit.expand_paths(SAMPLES + "/verl/rollout_data")
     assert len(files) > 1
     for name in AUDITED_COLUMNS:
         column = run.column(name)
-        assert column.num_chunks == 1 or column.null_count == len(column), name
+        if pa.types.is_string(column.type):
+            assert column.num_chunks == len(files), name
+        else:
+            assert column.num_chunks == 1 or column.null_count == len(column), name
     by_file = pa.concat_tables(rollaudit.load(path) for path in files)
     assert run.column("reward").to_pylist() == by_file.column("reward").to_pylist()
+    assert run.column(PROMPT).to_pylist() == by_file.column(PROMPT).to_pylist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chunks=st.lists(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "cc", "", "é"])), max_size=6), max_size=5),
+    nulls=st.sampled_from(["encode", "mask"]),
+)
+def test_text_keys_coded_chunk_by_chunk_get_the_codes_of_the_whole_column(chunks, nulls):
+    column = pa.chunked_array([pa.array(chunk, pa.string()) for chunk in chunks], pa.string())
+    codes, count = dictionary_codes(column, nulls)
+    whole = pa.compute.dictionary_encode(column.combine_chunks(), null_encoding=nulls)
+    assert codes.dtype == np.int64
+    assert codes.tolist() == whole.indices.fill_null(0).to_pylist()
+    assert count == len(whole.dictionary)
+    # And as the audit codes its keys: a null is -1, equal texts equal codes.
+    table = rollaudit.make_table(reward=np.zeros(len(column)), prompt=column, step=np.zeros(len(column), dtype=int))
+    if len(column):
+        audit_codes, audit_count = encode(table, "cpu").key_codes(PROMPT)
+        values = column.to_pylist()
+        assert [code == -1 for code in audit_codes.tolist()] == [value is None for value in values]
+        firsts = list(dict.fromkeys(value for value in values if value is not None))
+        assert audit_codes.tolist() == [-1 if value is None else firsts.index(value) for value in values]
+        assert audit_count == len(firsts)
 
 
 def test_the_advantages_are_kept_only_where_asked_for():

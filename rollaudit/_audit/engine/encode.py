@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import torch
 
 from ..._errors import SchemeError
-from ..._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs
+from ..._table import POSITION, PROMPT, RESPONSE_LENGTH, REWARD, STEP, TRAJECTORY, contiguous_runs, dictionary_codes
 from .chunks import few_chunks
 from .sizing import counted_in_bins, pieces
 
@@ -141,6 +141,13 @@ def _arrow_codes(column: pa.ChunkedArray, name: str) -> tuple[torch.Tensor, int]
         # Integer keys chunk by chunk into one numpy copy (no combined Arrow copy kept by Arrow's pool).
         filled = pc.fill_null(column, int(pc.min(column).as_py())) if column.null_count else column
         codes, count = compact_codes(_tensor(_numpy(filled, np.int64)))
+        if column.null_count:
+            codes = codes.clone()
+            codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1
+        return codes, count
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        values, count = dictionary_codes(column, "mask")
+        codes = _tensor(values)
         if column.null_count:
             codes = codes.clone()
             codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1

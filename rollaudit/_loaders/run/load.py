@@ -332,9 +332,10 @@ def _read_run(files: list[Path], options: LoadOptions, on_file: ProgressCallback
 
 
 def _in_one_chunk(table: pa.Table) -> pa.Table:
-    """The table with the columns an audit reads each in one chunk: the audit then reads them where they are, with
-    no copy of its own beside the caller's table. Each copy made here replaces the files' chunks, which are freed,
-    and the memory they held is given back before the next column is copied (Arrow's pool keeps what it frees)."""
+    """The table with the numeric columns an audit reads each in one chunk: the audit then reads them where they
+    are, with no copy of its own beside the caller's table (text keys it codes chunk by chunk, and they stay as
+    the files' chunks). Each copy made here replaces the files' chunks, which are freed, and the memory they held
+    is given back before the next column is copied (Arrow's pool keeps what it frees)."""
     pool = pa.default_memory_pool()
     pool.release_unused()  # what the reads freed
     for name in AUDITED_COLUMNS:
@@ -343,6 +344,8 @@ def _in_one_chunk(table: pa.Table) -> pa.Table:
         index = table.column_names.index(name)
         column = table.column(index)
         if column.num_chunks < 2 or column.null_count == len(column):  # no value to read: no buffer to join
+            continue
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             continue
         try:
             joined = column.combine_chunks()
