@@ -153,6 +153,26 @@ def test_readme_expected_outputs_and_configs_beside_dumps_are_skipped(tmp_path: 
     assert run("compare", tmp_path).exit_code == 0
 
 
+def test_a_file_named_twice_is_read_once_however_it_is_spelled(tmp_path: Path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in VERL_SAMPLE.iterdir():
+        shutil.copyfile(step, run / step.name)
+    (tmp_path / "linked_run").symlink_to(run, target_is_directory=True)
+    (tmp_path / "linked_step.jsonl").symlink_to(run / "2.jsonl")
+    monkeypatch.chdir(tmp_path)
+    spellings = [
+        "run/1.jsonl",
+        run / "2.jsonl",
+        tmp_path / "linked_run" / "1.jsonl",  # through a linked folder
+        "linked_step.jsonl",  # a linked file
+        "run/../run/2.jsonl",
+        "linked_run",
+        run,
+    ]
+    assert rollaudit.expand_paths(spellings) == [Path("run/1.jsonl"), run / "2.jsonl"]  # each as first given
+
+
 def test_generic_tables_beside_side_files_read(tmp_path: Path):
     shutil.copyfile(SAMPLES / "generic" / "rollouts.csv", tmp_path / "rollouts.csv")
     (tmp_path / "README").write_text("notes\n")

@@ -67,8 +67,16 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
         else:
             raise InputError("no such file or directory", file=str(item))
     unique: dict[Path, Path] = {}
+    folders: dict[Path, Path] = {}  # each folder resolved once, not once per file of a run's thousands
     for path in files:
-        unique.setdefault(path.resolve(), path)
+        if path.is_symlink():
+            resolved = path.resolve()
+        else:
+            folder = folders.get(path.parent)
+            if folder is None:
+                folder = folders[path.parent] = path.parent.resolve()
+            resolved = folder / path.name
+        unique.setdefault(resolved, path)
     return list(unique.values())
 
 
