@@ -5,7 +5,8 @@ file is one work item: its format's ``read`` turns it into a small table
 (the audit columns; tokens and log-probs are dropped with the file), and the
 format's ``combine`` joins the read tables of all files into one table per
 step (slime pairs train dumps with their rollout dumps there). Only read
-tables reach this process, so memory stays flat however many files a run has.
+tables reach this process, so its memory grows with the samples (their audit
+columns), not with the files' bytes.
 
 Engines run the ``read`` calls:
 

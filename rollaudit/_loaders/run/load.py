@@ -250,8 +250,8 @@ def load(
     step form one batch, in order).
 
     Whole runs: files are read one at a time to their audit columns
-    (tokens are dropped before the next file is read), so memory stays flat
-    however many files there are. ``jobs`` worker processes read files in
+    (tokens are dropped before the next file is read), so memory grows with
+    the samples, not with the files' bytes. ``jobs`` worker processes read files in
     parallel (default: 1 for one file or under 64 MB to read, else one per
     CPU up to 8; a script that loads with ``jobs>1`` needs multiprocessing's
     ``if __name__ == "__main__":`` guard).
