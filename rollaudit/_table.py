@@ -155,37 +155,26 @@ def numpy_view(array: pa.Array) -> Any:
     return view
 
 
-def value_codes(column: pa.Array | pa.ChunkedArray) -> Any:
-    """A code per row, equal values equal codes, a null a value of its own, as an int64 numpy array: Arrow's
-    dictionary codes (its group_by starts its query engine, a fortieth of a second, and to_numpy imports pandas)."""
-    return dictionary_codes(column, "encode")[0]
-
-
 def dictionary_codes(column: pa.Array | pa.ChunkedArray, nulls: str) -> tuple[Any, int]:
-    """Arrow's dictionary codes of ``column`` (first appearance first) as an int64 numpy array, and how many distinct
-    values there are; ``nulls``: ``"encode"``, a null is a value of its own, or ``"mask"``, a null is coded 0 and
-    not counted. A column of many chunks (a run's files) is coded chunk by chunk against one dictionary, the codes
-    a whole column's would be: its values are never copied into one chunk."""
+    """Arrow's dictionary codes of ``column`` (first seen first) as int64 numpy, and how many values are distinct;
+    ``nulls``: ``"encode"`` (a value of its own) or ``"mask"`` (coded 0, not counted). A column of many chunks is
+    coded chunk by chunk against one dictionary (the whole column's codes), its values never copied into one."""
     import numpy as np
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(column, null_encoding=nulls)
     chunks = [chunk for chunk in encoded.chunks if len(chunk)] if isinstance(encoded, pa.ChunkedArray) else [encoded]
-    if not chunks:
-        return np.zeros(0, dtype=np.int64), 0
     indices = [numpy_view(pc.fill_null(chunk.indices, 0) if chunk.null_count else chunk.indices) for chunk in chunks]
-    codes = indices[0].astype(np.int64) if len(indices) == 1 else np.concatenate(indices, dtype=np.int64)
-    return codes, len(chunks[0].dictionary)
+    return np.concatenate([np.zeros(0, np.int64), *indices], dtype=np.int64), len(chunks[0].dictionary) if chunks else 0
 
 
 def group_codes(table: pa.Table, names: Iterable[str]) -> Any:
-    """A code per row of a non-empty ``table``, one per distinct combination of the columns ``names`` (a null a
-    value of its own), as an int64 numpy array."""
+    """A code per row of a non-empty ``table`` per distinct combination of ``names`` (a null a value), int64 numpy."""
     import numpy as np
 
     codes = np.zeros(table.num_rows, dtype=np.int64)
     for name in names:
-        values = value_codes(table.column(name))
+        values = dictionary_codes(table.column(name), "encode")[0]
         _, inverse = np.unique(codes * (int(values.max()) + 1) + values, return_inverse=True)
         codes = inverse.reshape(-1).astype(np.int64, copy=False)
     return codes

@@ -29,9 +29,9 @@ from ..._table import (
     arrow_array,
     concat_tables,
     contiguous_runs,
+    dictionary_codes,
     numpy_view,
     positions_in_row_order,
-    value_codes,
 )
 
 # Per-token values stored as float32 copies of one float64 scalar agree to about 1e-7.
@@ -451,7 +451,7 @@ def repeated_keys(keys: Any, steps: Any, noun: str = "texts") -> tuple[dict[str,
     step, every distinct key occurs a multiple of one count n >= 2. Returns, per step, ``[n, keys occurring k x n
     times with k > 1]`` (one text drawn for several prompts), and, for the first step where the counts have no
     common n >= 2, a description of them, ``noun`` naming the keys (else None)."""
-    codes = value_codes(keys)
+    codes = dictionary_codes(keys, "encode")[0]
     pairs, sizes_of = np.unique(np.stack([numpy_view(plain(steps)), codes]), axis=1, return_counts=True)
     step_of = pairs[0]
     verified: dict[str, list[int]] = {}

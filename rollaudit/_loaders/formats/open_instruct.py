@@ -39,8 +39,8 @@ from ..._table import (
     STEP,
     arrow_array,
     concat_tables,
+    dictionary_codes,
     make_table,
-    value_codes,
     with_found,
     with_trained_default,
 )
@@ -235,7 +235,7 @@ def _step_counts(whole: pa.Table, sizes: np.ndarray) -> dict[str, np.ndarray]:
     differ = whole.column(_DIFFERS).to_numpy(zero_copy_only=False).astype(np.int64)
     constant = np.minimum.reduceat(rewards, starts) == np.maximum.reduceat(rewards, starts)
     mixing = np.maximum.reduceat(differ, starts) > 0
-    codes = value_codes(whole.column(PROMPT))
+    codes = dictionary_codes(whole.column(PROMPT), "encode")[0]
     span = int(codes.max()) + 1
     pairs = np.unique(step_index * span + codes) // span  # the step of each distinct (step, prompt)
 
