@@ -133,41 +133,25 @@ _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
 
 
 def _arrow_codes(column: pa.ChunkedArray, name: str) -> tuple[torch.Tensor, int]:
-    """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``)."""
+    """Compact int64 codes for a key column, -1 where null, and the code count (see ``compact_codes``). The column
+    is read chunk by chunk: no combined copy of it is made (nor kept by Arrow's pool)."""
     if column.null_count == len(column):
         return torch.full((len(column),), -1, dtype=torch.int64), 0
+    decoded = pa.types.is_dictionary(column.type)
+    if decoded:
+        column = column.cast(column.type.value_type)  # the values the dictionary's codes stand for
     kind = column.type
     if pa.types.is_integer(kind):
-        # Integer keys chunk by chunk into one numpy copy (no combined Arrow copy kept by Arrow's pool).
         filled = pc.fill_null(column, int(pc.min(column).as_py())) if column.null_count else column
         codes, count = compact_codes(_tensor(_numpy(filled, np.int64)))
-        if column.null_count:
-            codes = codes.clone()
-            codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1
-        return codes, count
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    elif decoded or any(check(kind) for check in _KEY_TYPES):
         values, count = dictionary_codes(column, "mask")
         codes = _tensor(values)
-        if column.null_count:
-            codes = codes.clone()
-            codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1
-        return codes, count
-    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if pa.types.is_dictionary(kind):
-        array = array.dictionary_decode()
-    elif not any(check(kind) for check in _KEY_TYPES):
-        raise SchemeError(f"column {name!r} has type {kind}, which is no key", expected="int or string keys")
-    if pa.types.is_integer(array.type):
-        filled = array.fill_null(int(pc.min(array).as_py())) if array.null_count else array
-        values = _tensor(filled.to_numpy().astype(np.int64, copy=False))
-        codes, count = compact_codes(values)
     else:
-        encoded = pc.dictionary_encode(array, null_encoding="mask")
-        codes = _tensor(encoded.indices.fill_null(0).to_numpy().astype(np.int64))
-        count = len(encoded.dictionary)
-    if array.null_count:
+        raise SchemeError(f"column {name!r} has type {kind}, which is no key", expected="int or string keys")
+    if column.null_count:
         codes = codes.clone()
-        codes[_tensor(array.is_null().to_numpy(zero_copy_only=False))] = -1
+        codes[_tensor(_numpy(column.is_null(), np.bool_))] = -1
     return codes, count
 
 
