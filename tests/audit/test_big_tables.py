@@ -95,6 +95,49 @@ def test_key_codes_paired_with_steps_a_step_at_a_time_group_as_over_the_whole_ta
     assert _report_text(table, schemes) == stepwise
 
 
+@pytest.mark.parametrize(
+    ("keys", "reused"),
+    [
+        ("uids", True),  # text keys unique to their step, each step's shuffled: codes in order of first appearance
+        ("ascending ints with gaps", True),
+        ("one key in two steps", False),  # the same key in two steps is two groups: pairs are coded
+        ("keys restart each step", False),
+    ],
+)
+def test_key_codes_already_in_step_order_are_the_group_codes(monkeypatch, keys, reused):
+    """Keys unique to their step, in step order: their codes are the groups' codes (no code per row is made), and
+    the audit is the one the pairs' own codes give."""
+    rng = np.random.default_rng(5)
+    steps, groups_per_step, size = 5, 40, 6
+    per_step = [rng.permutation(np.repeat(np.arange(groups_per_step), size)) for _ in range(steps)]
+    if keys == "uids":
+        prompt = [f"{step:02d}{key:04d}" for step, row in enumerate(per_step) for key in row]
+    elif keys == "ascending ints with gaps":
+        prompt = np.concatenate([row * 3 + step * 1000 for step, row in enumerate(per_step)])
+    elif keys == "one key in two steps":
+        prompt = np.concatenate([row + step * groups_per_step for step, row in enumerate(per_step)])
+        prompt[-1] = prompt[0]
+    else:
+        prompt = np.concatenate(per_step)
+    table = rollaudit.make_table(
+        reward=rng.integers(0, 3, steps * groups_per_step * size).astype(np.float64),
+        prompt=prompt,
+        step=np.repeat(np.arange(steps) + 10, groups_per_step * size),
+    )
+    enc = encode(table, "cpu")
+    grouping = grouping_of(enc, rollaudit.get_scheme("prompt"))
+    key_codes, _ = enc.key_codes(PROMPT)
+    assert (grouping.codes.data_ptr() == key_codes.data_ptr()) is reused
+    schemes = ["batch", "prompt", "dr-grpo", "verl-rloo"]
+    in_step_order = _report_text(table, schemes)
+    monkeypatch.setattr(groups_module, "_highest_in_step_order", lambda enc, minor: None)
+    paired = grouping_of(encode(table, "cpu"), rollaudit.get_scheme("prompt"))
+    assert torch.equal(
+        torch.unique(paired.codes, return_inverse=True)[1], torch.unique(grouping.codes, return_inverse=True)[1]
+    )
+    assert _report_text(table, schemes) == in_step_order
+
+
 def test_keys_with_a_small_range_or_short_steps_take_the_general_path():
     short = _wide_keys_table(steps=6, rows_per_step=groups_module.STEP_BY_STEP_ROWS - 1, distinct=50, seed=1)
     assert groups_module._wide_keys_by_step(encode(short, "cpu"), PROMPT) is None

@@ -41,6 +41,9 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
         return compact_codes(minor)
     if minor.numel() == 0:
         return minor.clone(), 0
+    highest = _highest_in_step_order(enc, minor)
+    if highest is not None:
+        return minor, highest + 1
     span = int(minor.max()) + 1 if span is None else span
     count = enc.steps * span
     wide = not counted_in_bins(count, minor.numel())
@@ -56,6 +59,24 @@ def _step_pairs(enc: Encoded, minor: torch.Tensor, span: int | None = None) -> t
     else:
         torch.add(minor, enc.step, alpha=span, out=pairs)
     return compact_codes(pairs, owned=True) if wide else (pairs, count)
+
+
+def _highest_in_step_order(enc: Encoded, minor: torch.Tensor) -> int | None:
+    """The highest code of ``minor`` where the steps are runs and each step's codes lie above every code of the steps
+    before, else None. Each code then belongs to one step, and the codes are the (step, minor) pairs' codes already,
+    in their order: no code per row is made. Keys unique to their step, coded in order of first appearance (a run's
+    uids) or ascending across the run, are so."""
+    runs = step_segments(enc).runs
+    if runs is None:
+        return None
+    highest, start = -1, 0
+    for end in np.cumsum(runs).tolist():
+        if end > start:
+            low, high = (int(bound) for bound in torch.aminmax(minor[start:end]))
+            if low <= highest:
+                return None
+            highest, start = high, end
+    return highest
 
 
 def _slice_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
