@@ -376,6 +376,27 @@ def test_work_given_for_meanwhile_runs_once_while_workers_read_and_never_for_a_r
     assert calls == [1]  # only within
 
 
+def test_work_given_for_meanwhile_runs_once_while_the_cache_reader_starts(small_run: Path, tmp_path: Path):
+    from rollaudit._loaders.arrow import capped
+
+    cache = tmp_path / "cache"
+    calls: list[bool] = []
+
+    def own_work() -> None:  # the child that checks entries is starting, where reads use one
+        calls.append(capped._current is not None and capped._current.alive)
+
+    with _engine.meanwhile(own_work):
+        cold = rollaudit.load(small_run, cache=cache, jobs=1)
+        assert calls == []  # no entry yet: read here, nothing runs beside it
+        capped._stop_worker()
+        capped._current = None
+        (small_run / "3.pt").touch()  # one miss, read by workers beside the hits
+        os.utime(small_run / "3.pt", ns=(0, 10**18))
+        warm = rollaudit.load(small_run, cache=cache, jobs=2)
+    assert calls == [capped.can_cap()]  # once, not again for the workers
+    assert warm.equals(cold)
+
+
 def test_pool_workers_read_without_importing_pandas():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

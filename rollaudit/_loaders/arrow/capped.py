@@ -353,6 +353,13 @@ class _Worker:
 _current: _Worker | None = None
 
 
+def start_reader() -> None:
+    """Start this process's child now, where reads use one: it starts Python and imports pyarrow (0.1 s) while
+    this process does other work, rather than on the first read."""
+    if can_cap():
+        _worker()
+
+
 def _worker() -> _Worker:
     global _current
     if _current is None or _current.owner != os.getpid() or not _current.alive:

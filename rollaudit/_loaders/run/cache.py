@@ -227,6 +227,10 @@ class Cache:
         digest = hashlib.sha256(key.encode()).hexdigest()
         return self.directory / digest[:2] / f"{digest}.parquet"
 
+    def may_hold(self, item: WorkItem) -> bool:
+        """Whether an entry of ``item`` seems to be there (``get`` checks it)."""
+        return self.path(item).is_file()
+
     def get(self, item: WorkItem) -> CacheEntry | None:
         """The entry of ``item``, or None when there is none or it cannot be read (a miss; rewritten later)."""
         location = self.path(item)

@@ -21,7 +21,8 @@ Engines run the ``read`` calls:
   Ray started for the purpose); files must be readable where the tasks run.
 
 Files the cache (:mod:`.cache`) holds are not read at all. Within :func:`meanwhile`, this process does other
-work of its own (a command imports torch) while worker processes read.
+work of its own (a command imports torch) while worker processes read, or while the child that checks cache
+entries starts.
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ _MEANWHILE: ContextVar[Callable[[], object] | None] = ContextVar("meanwhile", de
 
 @contextmanager
 def meanwhile(task: Callable[[], object]) -> Iterator[None]:
-    """Loads within run ``task`` in this process while worker processes read their files (once, after the files
-    are handed out), where it would otherwise idle: ``compare`` imports torch there (1.2-1.4 s, about a third of a
-    400-step verl run's command). A load read in this process does not run it."""
+    """Loads within run ``task`` in this process, once, where it would otherwise idle: while worker processes read
+    their files (after the files are handed out), or while the child that checks cache entries starts (0.1 s).
+    ``compare`` imports torch there (1.2-1.4 s, about a third of a 400-step verl run's command). A load read in
+    this process, without the cache, does not run it."""
     token = _MEANWHILE.set(task)
     try:
         yield
@@ -201,6 +203,15 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
     results: list[Read | None] = [None] * len(items)
     warned: list[list[tuple[type[Warning], str]]] = [[] for _ in items]
     misses: list[int] = []
+    own_work = _MEANWHILE.get()
+    if own_work is not None and cache is not None and any(map(cache.may_hold, items)):
+        # A cache entry is read once a child process has checked it: the child starts now, and its start-up
+        # (0.1 s) passes while this process does its own work.
+        from ..arrow import capped
+
+        capped.start_reader()
+        own_work()
+        own_work = None
     for index, item in enumerate(items):
         entry = cache.get(item) if cache is not None else None
         if entry is None:
@@ -235,7 +246,7 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
             jobs = min(options.jobs or default_jobs(len(work), sum(item.size for _, item in work)), len(work))
             if jobs > 1:
                 try:
-                    _run_pool(work, options, jobs, done)
+                    _run_pool(work, options, jobs, done, own_work)
                 except WorkersDied as died:
                     if options.jobs is not None:
                         raise UsageError(died.message, expected="jobs=1 (--jobs 1) to read in this process") from None
@@ -261,7 +272,9 @@ class WorkersDied(Exception):
     )
 
 
-def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int, done: Callable) -> None:
+def _run_pool(
+    work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int, done: Callable, own_work: Callable | None
+) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
@@ -274,7 +287,6 @@ def _run_pool(work: list[tuple[int, WorkItem]], options: LoadOptions, jobs: int,
             pool.submit(read_outcomes, [(str(item.format), item.absolute) for _, item in task], options): task
             for task in tasks_of(work, jobs)
         }
-        own_work = _MEANWHILE.get()
         if own_work is not None:
             own_work()
         for future in as_completed(futures):
