@@ -90,6 +90,33 @@ def _signals_stop_the_command() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back until the block ends, then delivered, so that what the block writes is
+    written whole (a watched step reaches every sink or none). A second signal in the block is delivered at once:
+    a write that hangs can still be stopped. In the main thread only, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous: dict[int, Any] = {}
+
+    def hold(signum: int, frame: Any) -> None:
+        if caught and callable(previous[signum]):
+            previous[signum](signum, frame)
+        caught.append(signum)
+
+    for held in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[held] = signal.signal(held, hold)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 def _interrupted() -> int:
     """Ctrl-C: one line, and the shell's code for SIGINT (nothing was written half-way: outputs are atomic)."""
     typer.echo("error: interrupted", err=True)

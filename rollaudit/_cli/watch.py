@@ -17,7 +17,7 @@ import typer
 
 from .._errors import GateFailed, UsageError
 from .._loaders.options import LoadOptions
-from .app import Terminated, app
+from .app import Terminated, app, signals_held
 from .io import echo_line
 from .options import (
     DASHBOARDS,
@@ -180,10 +180,11 @@ def watch(
             document = record.to_dict()
             point = StepPoint.of(document)
             points.append(point)
-            if records is not None:
-                records.append(document)
-            if boards is not None and record.report is not None and record.step is not None:
-                boards.write_report(record.report)
+            with signals_held():  # a step reaches every sink (the records, the dashboards) or none
+                if records is not None:
+                    records.append(document)
+                if boards is not None and record.report is not None and record.step is not None:
+                    boards.write_report(record.report)
             echo_line(step_line(point, record.files))
             if html_file is not None:
                 write_atomic(html_file, render_watch_html(points, run, "running"))

@@ -255,3 +255,24 @@ def test_records_file_must_be_a_regular_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     result = CliRunner().invoke(app, ["watch", str(tmp_path), "--jsonl", str(tmp_path / "fifo"), "--until-idle", "0"])
     assert result.exit_code == 2 and "is not a regular file" in result.stderr
+
+
+def test_a_signal_during_a_steps_writes_waits_for_them_and_a_second_one_does_not() -> None:
+    from rollaudit._cli.app import Terminated, _signals_stop_the_command, signals_held
+
+    written: list[str] = []
+    with pytest.raises(KeyboardInterrupt), signals_held():
+        signal.raise_signal(signal.SIGINT)
+        written.append("records")  # the step goes on to every sink
+        written.append("dashboards")
+    assert written == ["records", "dashboards"]
+    with _signals_stop_the_command(), pytest.raises(Terminated), signals_held():
+        signal.raise_signal(signal.SIGTERM)
+        written.append("records")
+    assert written[-1] == "records"
+    with pytest.raises(KeyboardInterrupt), signals_held():
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # a hung write: the second Ctrl-C stops it
+        written.append("never")
+    assert "never" not in written
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
