@@ -204,9 +204,10 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
     warned: list[list[tuple[type[Warning], str]]] = [[] for _ in items]
     misses: list[int] = []
     own_work = _MEANWHILE.get()
-    if own_work is not None and cache is not None and any(map(cache.may_hold, items)):
+    if own_work is not None and cache is not None and items and cache.may_hold(items[0]):
         # A cache entry is read once a child process has checked it: the child starts now, and its start-up
-        # (0.1 s) passes while this process does its own work.
+        # (0.1 s) passes while this process does its own work. (The first file tells whether the run was read
+        # before: asking of every file would hash each twice on a run read for the first time.)
         from ..arrow import capped
 
         capped.start_reader()
