@@ -103,7 +103,9 @@ def signals_held() -> Iterator[None]:
 
     def hold(signum: int, frame: Any) -> None:
         if caught and callable(previous[signum]):
+            caught.clear()  # delivered now, and not again as the block ends
             previous[signum](signum, frame)
+            return
         caught.append(signum)
 
     for held in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

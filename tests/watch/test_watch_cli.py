@@ -270,9 +270,10 @@ def test_a_signal_during_a_steps_writes_waits_for_them_and_a_second_one_does_not
         signal.raise_signal(signal.SIGTERM)
         written.append("records")
     assert written[-1] == "records"
-    with pytest.raises(KeyboardInterrupt), signals_held():
+    with pytest.raises(KeyboardInterrupt) as stopped, signals_held():
         signal.raise_signal(signal.SIGINT)
         signal.raise_signal(signal.SIGINT)  # a hung write: the second Ctrl-C stops it
         written.append("never")
     assert "never" not in written
+    assert stopped.value.__context__ is None  # delivered once, not again as the block ends
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
