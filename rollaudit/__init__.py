@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
     from ._gate.evaluate import GateResult, run_gate
     from ._loaders.options import LoadOptions
     from ._loaders.registry import FORMATS
-    from ._loaders.run.load import detect_format, expand_paths, load
+    from ._loaders.run.load import detect_format, expand_paths, find_runs, load
     from ._table import (
         CANONICAL_COLUMNS,
         loaded_formats,
@@ -81,6 +81,7 @@ _MODULE_OF = {
     "detect_format": "._loaders.run.load",
     "detect_scheme": "._audit.fit",
     "expand_paths": "._loaders.run.load",
+    "find_runs": "._loaders.run.load",
     "fit_presets": "._audit.fit",
     "gate_config": "._gate.config",
     "get_scheme": "._audit.presets",
@@ -126,6 +127,7 @@ __all__ = [
     "detect_format",
     "detect_scheme",
     "expand_paths",
+    "find_runs",
     "fit_presets",
     "gate_config",
     "get_scheme",

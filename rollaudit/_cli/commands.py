@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .._errors import UsageError
+from .._errors import RollauditError, UsageError, visible
 from .._loaders.options import LoadOptions
 from .app import app
 from .io import (
@@ -21,8 +21,12 @@ from .io import (
     command_seconds,
     echo_line,
     echo_status,
+    input_runs,
     load_inputs,
     print_report,
+    refuse_several_runs,
+    run_error,
+    run_heading,
     terminal_text,
     write_text,
 )
@@ -47,6 +51,9 @@ from .options import (
     compare_format,
     scheme_strings,
 )
+
+if TYPE_CHECKING:
+    from .._output import Output
 
 # What the LOAD group's options make when none is given; the signature typer reads has the options instead.
 DEFAULT_LOAD = LoadOptions()
@@ -100,7 +107,7 @@ def compare(
     prompt: PromptKey = None,
     dashboards: DashboardOptions = DEFAULT_DASHBOARDS,  # replaced by the DASHBOARDS group's options
     quiet: Quiet = False,
-) -> None:
+) -> int | None:
     """Recompute advantages under several schemes and show how far each is from the reference.
 
     Default schemes: batch,prompt,trajectory; reference: prompt.
@@ -117,13 +124,21 @@ def compare(
     chosen = compare_format(output_format, as_json=as_json, as_markdown=as_markdown)
     from .._output import prepare_output
 
+    runs = input_runs(inputs, load)
+    names = [name for name, _ in runs]
+    refuse_several_runs(
+        inputs,
+        names,
+        **{"--html": html_file, "--plot": plot, "--prompt": prompt, "--tensorboard": dashboards.tensorboard},
+        **{"--wandb": dashboards.wandb_project},
+    )
     # Every output is reserved (its temporary file created) before anything is loaded.
     output_path = prepare_output(output) if output is not None else None
     html_path = prepare_output(html_file) if html_file is not None else None
     plot_directory = check_plot_directory(plot) if plot is not None else None
     import rollaudit
 
-    names = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
+    names_of_schemes = scheme_strings(schemes, rollaudit.DEFAULT_SCHEMES)
     rollaudit.get_scheme(reference)
     if trained_with is not None:
         rollaudit.get_scheme(trained_with)
@@ -131,35 +146,44 @@ def compare(
         rollaudit.parse_steps(steps)  # a typo is named before anything is loaded
     from .dashboards import open_dashboards
 
-    config = {"command": "compare", "reference": reference, "schemes": names, "trained_with": trained_with}
+    config = {"command": "compare", "reference": reference, "schemes": names_of_schemes, "trained_with": trained_with}
     boards = open_dashboards(dashboards, inputs=inputs, config=config, quiet=quiet)
-    loaded = load_inputs(inputs, load, quiet=quiet, audits=True)
-    table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
-    if prompt is not None:
-        rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
-    with audit_status(table.num_rows, len(names), quiet):
-        report = rollaudit.audit(
-            table,
-            schemes=names,
-            reference=reference,
-            device=device.value,
-            keep_advantages=plot is not None or html_file is not None or prompt is not None,
-            trained_with=trained_with,
-        )
     from .._render.registry import COMPARE_RENDERERS
 
-    loaded.summary["command_seconds"] = command_seconds()
+    outcomes: list[tuple[str | None, Any, dict[str, Any]]] = []
+    errors: list[tuple[str, str]] = []
+    for name, files in runs:
+        try:
+            loaded = load_inputs(files, load, quiet=quiet, audits=True, run=name)
+            table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
+            if prompt is not None:
+                rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
+            with audit_status(table.num_rows, len(names_of_schemes), quiet):
+                report = rollaudit.audit(
+                    table,
+                    schemes=names_of_schemes,
+                    reference=reference,
+                    device=device.value,
+                    keep_advantages=plot is not None or html_file is not None or prompt is not None,
+                    trained_with=trained_with,
+                )
+        except RollauditError as error:
+            if name is None:
+                raise
+            errors.append((name, run_error(name, error)))
+            continue
+        loaded.summary["command_seconds"] = command_seconds()
+        outcomes.append((name, report, loaded.summary))
+
+    if names != [None]:  # several runs: one report each, headed by its run
+        write_text_or_report(several_reports(chosen, outcomes, errors, names, top=top), output_path, quiet)
+        return 2 if errors else None
     rendered = COMPARE_RENDERERS[chosen](report, loaded.summary, top=top)
     if prompt is not None:
         from .._render.prompt_view import with_prompt
 
         rendered = with_prompt(chosen, rendered, report.prompt(prompt))
-    if isinstance(rendered, str):
-        write_text(rendered, output_path, quiet)
-    elif output_path is None:
-        print_report(rendered)
-    else:
-        write_text(terminal_text(rendered), output_path, quiet)
+    write_text_or_report(rendered, output_path, quiet)
 
     if html_path is not None:
         from .._render.html import render_html
@@ -173,6 +197,47 @@ def compare(
     if boards is not None:
         with boards:
             boards.write_report(report)
+    return None
+
+
+def write_text_or_report(rendered: Any, output_path: Output | None, quiet: bool) -> None:
+    """A rendered report (text, or a rich renderable) to stdout or to the output file."""
+    if isinstance(rendered, str):
+        write_text(rendered, output_path, quiet)
+    elif output_path is None:
+        print_report(rendered)
+    else:
+        write_text(terminal_text(rendered), output_path, quiet)
+
+
+def several_reports(
+    chosen: str,
+    outcomes: list[tuple[str | None, Any, dict[str, Any]]],
+    errors: list[tuple[str, str]],
+    names: list[str | None],
+    top: int,
+) -> Any:
+    """The reports of several runs as one output: a JSON document listing each run's, or each report under a
+    heading naming its run (a Markdown heading, a line in the terminal)."""
+    from .._render.registry import COMPARE_RENDERERS
+
+    if chosen == "json":
+        from .._render.json import compare_document, dumps, runs_document
+
+        return dumps(runs_document([compare_document(report, load) for _, report, load in outcomes], errors))
+    rendered = [
+        (run_heading(name, names), COMPARE_RENDERERS[chosen](report, load, top=top))
+        for name, report, load in outcomes
+    ]
+    if chosen == "markdown":
+        return "\n".join(f"## {visible(heading)}\n\n{text}" for heading, text in rendered)
+    from rich.console import Group
+    from rich.text import Text
+
+    pieces: list[Any] = []
+    for heading, report in rendered:
+        pieces += [Text("")] * bool(pieces) + [Text(visible(heading), style="bold"), report]
+    return Group(*pieces)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -195,12 +260,26 @@ def inspect(
       rollaudit inspect dump.pt
       rollaudit inspect export.parquet --prompt-col data_id --json
     """
-    loaded = load_inputs(inputs, load, quiet=quiet)
+    from .._errors import ChoiceNeeded, OpenChoice, choices_left_open
+
+    left_open: list[OpenChoice] = []
+    try:
+        loaded = load_inputs(inputs, load, quiet=quiet)
+    except ChoiceNeeded:
+        # A choice the dump leaves to the user (a reward dict's key, the reward column), which compare stops on:
+        # read again in this process with it left open, to say what there is to choose from.
+        import dataclasses
+
+        reread = dataclasses.replace(load, jobs=1, cache=False, engine="local", ray_address=None)
+        with choices_left_open() as left_open:
+            loaded = load_inputs(inputs, reread, quiet=quiet)
     from rollaudit import describe
 
+    from .._audit.describe import with_choices_left_open
     from .._render.registry import INSPECT_RENDERERS
 
-    rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](describe(loaded.table), loaded.summary)
+    description = with_choices_left_open(describe(loaded.table), left_open)
+    rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](description, loaded.summary)
     if isinstance(rendered, str):
         write_text(rendered, None, quiet)
     else:
@@ -297,7 +376,7 @@ def gate(
     device: DeviceOption = Device.auto,
     dashboards: DashboardOptions = DEFAULT_DASHBOARDS,  # replaced by the DASHBOARDS group's options
     quiet: Quiet = False,
-) -> None:
+) -> int | None:
     """Check rules on the dumps' advantages: exit 0 when all hold, 1 when any fails, 2 on a usage or input error.
 
     Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --config);
@@ -324,6 +403,14 @@ def gate(
 
     config = gate_config(load_gate_config(path=config_file, start_dir="."), **rules)
     require_rules(config, writing_baseline=write_baseline_file is not None)
+    runs = input_runs(inputs, load)
+    names = [name for name, _ in runs]
+    refuse_several_runs(
+        inputs,
+        names,
+        **{"--junit": junit, "--write-baseline": write_baseline_file, "--tensorboard": dashboards.tensorboard},
+        **{"--wandb": dashboards.wandb_project},
+    )
     junit_path = prepare_output(junit) if junit is not None else None
     baseline_path = prepare_output(write_baseline_file) if write_baseline_file is not None else None
     from .dashboards import open_dashboards
@@ -335,6 +422,8 @@ def gate(
         "trained_with": config.trained_with,
     }
     boards = open_dashboards(dashboards, inputs=inputs, config=config_items, quiet=quiet)
+    if names != [None]:
+        return _gate_runs(runs, config, load, device.value, as_json=as_json, quiet=quiet)
     table = load_inputs(inputs, load, quiet=quiet, audits=True).table
     with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
         result = run_gate(table, config, device.value)
@@ -361,3 +450,49 @@ def gate(
             else:
                 echo_line("warning: nothing written to the dashboards: the audit could not run", err=True)
     result.raise_for_failures()
+    return None
+
+
+def _gate_runs(
+    runs: list[tuple[str | None, list[Path]]],
+    config: Any,
+    load: LoadOptions,
+    device: str,
+    *,
+    as_json: bool,
+    quiet: bool,
+) -> int | None:
+    """The gate on each run of a directory that holds several: each run's table under a heading naming it (or one
+    JSON document listing each run's); exit 2 where a run could not be read, else 1 where any run failed."""
+    from rich.text import Text
+
+    from .._errors import GateFailed
+    from .._gate.evaluate import run_gate
+    from .._render.gate import emit_github, terminal
+    from .._render.json import dumps, runs_document
+
+    names = [name for name, _ in runs]
+    results, errors = [], []
+    for name, files in runs:
+        try:
+            table = load_inputs(files, load, quiet=quiet, audits=True, run=name).table
+            with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
+                result = run_gate(table, config, device)
+        except RollauditError as error:
+            errors.append((str(name), run_error(name, error)))
+            continue
+        results.append((name, result))
+        if not as_json:
+            print_report(Text(visible(run_heading(name, names)), style="bold"))
+            print_report(terminal(result))
+        emit_github(result, stream=sys.stderr if as_json else None)
+    failed = [str(name) for name, result in results if not result.passed]
+    if as_json:
+        documents = [{**result.to_dict(), "run": name} for name, result in results]
+        passed = not failed and not errors
+        typer.echo(dumps(runs_document(documents, errors, passed=passed)), nl=False)
+    if errors:
+        return 2
+    if failed:
+        raise GateFailed(f"gate failed on {len(failed)} of {len(results)} runs ({', '.join(failed)})")
+    return None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .._errors import UsageError, log_safe, visible
+from .._errors import RollauditError, UsageError, log_safe, visible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,28 +104,72 @@ def audit_status(samples: int, schemes: int, quiet: bool, console: Console | Non
         yield
 
 
-def load_inputs(inputs: list[str], load: LoadOptions, *, quiet: bool, audits: bool = False) -> Loaded:
+def input_runs(inputs: list[str], load: LoadOptions) -> list[tuple[str | None, list[Path]]]:
+    """The runs a command reads, each with its files: ``[(None, files)]`` where the inputs are one run (or
+    ``--run`` names one), else ``(name, files)`` for each run of the one directory given, in the order found."""
+    import rollaudit
+
+    from .._loaders.base import SeveralRuns
+
+    try:
+        return [(None, rollaudit.expand_paths(inputs, load.run))]
+    except SeveralRuns as several:
+        if len(inputs) != 1:  # one of several inputs: which of its runs joins the others is the user's to say
+            raise
+        return list(several.runs.items())
+
+
+def refuse_several_runs(inputs: list[str], names: list[str | None], **options: object) -> None:
+    """A UsageError where several runs are read and an option set in ``options`` (by its flag) writes one thing
+    for one run (an HTML page, a baseline)."""
+    if len(names) < 2:
+        return
+    for flag, value in options.items():
+        if value not in (None, False):
+            listed = ", ".join(str(name) for name in names[:6]) + (" ..." if len(names) > 6 else "")
+            raise UsageError(
+                f"{flag} writes one run's output, and {inputs[0]} holds {len(names)} runs ({listed})",
+                expected="one run: name it with --run",
+            )
+
+
+def run_heading(name: str | None, names: list[str | None]) -> str:
+    """``Run trial0 (1 of 2 runs)``: what heads each run's report where a directory holds several."""
+    return f"Run {name} ({names.index(name) + 1} of {len(names)} runs)"
+
+
+def run_error(name: str | None, error: RollauditError) -> str:
+    """The error line of a run that could not be read, where the others still are: it names the run."""
+    line = f"error: run {name}: {error.line()}"
+    echo_line(line, err=True)
+    return line.removeprefix("error: ")
+
+
+def load_inputs(
+    inputs: list[str] | list[Path], load: LoadOptions, *, quiet: bool, audits: bool = False, run: str | None = None
+) -> Loaded:
     """Expand the inputs, load them with ``load`` (a progress bar when big) and say what was loaded; ``audits``:
-    the command audits the table next, and imports the audit's engine (torch) while worker processes read."""
+    the command audits the table next, and imports the audit's engine (torch) while worker processes read;
+    ``run``: the run's name, where the inputs hold several (said in what was loaded)."""
     import rollaudit
 
     from .._loaders.run.engine import meanwhile
 
-    files = rollaudit.expand_paths(inputs)
+    files = rollaudit.expand_paths(inputs, load.run)
     sizes = [path.stat().st_size for path in files]
     started = time.perf_counter()
     with progress(files, sizes, quiet) as on_file, meanwhile(_import_audit_engine) if audits else nullcontext():
         table = rollaudit.load(files, load, on_file=on_file)
     seconds = time.perf_counter() - started
-    return Loaded(
-        table=table,
-        summary={
-            "format": "+".join(rollaudit.loaded_formats(table)),
-            "files": [str(path) for path in files],
-            "bytes": sum(sizes),
-            "seconds": round(seconds, 4),
-        },
-    )
+    summary: dict[str, Any] = {
+        "format": "+".join(rollaudit.loaded_formats(table)),
+        "files": [str(path) for path in files],
+        "bytes": sum(sizes),
+        "seconds": round(seconds, 4),
+    }
+    if run is not None:
+        summary["run"] = run
+    return Loaded(table=table, summary=summary)
 
 
 def _import_audit_engine() -> None:

@@ -254,6 +254,13 @@ LOAD = OptionGroup(
             metavar="NAME",
             help="Dump format to read (e.g. slime); detected from each file's content by default.",
         ),
+        _option(
+            "run",
+            str | None,
+            "--run",
+            metavar="NAME",
+            help="Of a directory holding several runs, the one to read (default: each, one report per run).",
+        ),
         # Tables (verl, TRL, generic): which column plays which role. Not given: each format's own or the common names.
         _option(
             "reward_col", str | None, "--reward-col", metavar="COLUMN", help="Tables: the column holding the reward."

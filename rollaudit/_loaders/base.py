@@ -36,9 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .._errors import UsageError
+from .._errors import InputError, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -111,6 +111,16 @@ class Format:
     def read_all(self, paths: list[Path], options: LoadOptions) -> list[pa.Table]:
         """Read ``paths`` one after the other in this process and combine them: one canonical table per step."""
         return self.combine(paths, [self.read(path, options) for path in paths], options)
+
+
+class SeveralRuns(InputError):
+    """A directory that holds several runs, never merged: ``runs`` maps each run's name to its files. A format's
+    ``expand_directory`` raises it where one folder holds several runs side by side (open-instruct's
+    ``{run_name}_rollouts_*.jsonl``); the directory search raises it where it finds several run directories."""
+
+    def __init__(self, message: str, *, runs: dict[str, list[Path]], **where: Any) -> None:
+        self.runs = runs
+        super().__init__(message, **where)
 
 
 def folder_step(path: Path) -> str:

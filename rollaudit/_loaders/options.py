@@ -41,7 +41,7 @@ class LoadOptions:
     ``mean``: per-token advantages to one value per sample), and TRL's ``reward_columns``, ``reward_weights`` and
     ``num_generations``. Running: ``jobs`` (worker processes; None: by the run's size), ``cache`` (None/False:
     none, True: the default directory, a path: that directory), ``engine`` (``local`` or ``ray``) and
-    ``ray_address``.
+    ``ray_address``; ``run`` (which run of a directory that holds several, by its name).
     """
 
     format: str | None = None
@@ -62,6 +62,7 @@ class LoadOptions:
     cache: str | os.PathLike[str] | bool | None = field(default=None, metadata=_RUN)
     engine: Engine = field(default="local", metadata=_RUN)
     ray_address: str | None = field(default=None, metadata=_RUN)
+    run: str | None = field(default=None, metadata=_RUN)
 
     def __post_init__(self) -> None:
         fields = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
@@ -143,6 +144,9 @@ def checked(values: Mapping[str, Any], spelling: Spelling = KEYWORDS) -> dict[st
             )
         if values["engine"] != "ray":
             raise UsageError(f"{name('ray_address')} needs {spelling.setting('engine', 'ray')}")
+    run = values["run"]
+    if run is not None and (not isinstance(run, str) or not run.strip("/ ")):
+        raise UsageError(f"{name('run')} is {run!r}", expected="a run's name, as the directory's runs are listed")
     cache = values["cache"]
     if not (cache is None or isinstance(cache, bool) or (isinstance(cache, (str, os.PathLike)) and str(cache))):
         raise UsageError(

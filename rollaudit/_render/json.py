@@ -64,3 +64,20 @@ def render_compare_json(report: Report, load: Mapping[str, Any], top: int = 5) -
 
 def render_inspect_json(description: Mapping[str, Any], load: Mapping[str, Any]) -> str:
     return dumps(inspect_document(description, load))
+
+
+def runs_document(documents: list[dict[str, Any]], errors: list[tuple[str, str]], **facts: Any) -> dict[str, Any]:
+    """Several runs' documents as one: each run's (its name in its ``load``, or its ``run``), and the error line
+    of each run that could not be read; ``facts``: what holds over them all (the gate's ``passed``)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **facts,
+        # A document's lazy per-step rows as the dicts they read as: one level deeper here, the encoder meets them
+        # inside a run's entry rather than at the document's top.
+        "runs": [{key: _plain(value) for key, value in document.items()} for document in documents],
+        "errors": [{"run": name, "error": line} for name, line in errors],
+    }
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) and not isinstance(value, dict) else value

@@ -29,7 +29,7 @@ from .._errors import InputError, RollauditError, RollauditWarning, warn
 from .._loaders.arrow.appended import AppendedFiles, reading_appended
 from .._loaders.options import LoadOptions
 from .._loaders.registry import FORMATS
-from .._loaders.run.discover import Run, find_runs, natural_key, run_files
+from .._loaders.run.discover import Run, find_runs, natural_key, pick_run, run_files
 from .._loaders.run.load import detect_format, expand_paths, load
 from .._table import STEP, loaded_formats
 from .files import WHOLE, WHOLE_IF_STILL, Signature, completeness, signature
@@ -120,6 +120,8 @@ class _Follower:
         self.discovered_at = now
         try:
             runs = find_runs(self.root)
+            if self.options.run is not None and runs:
+                runs = [pick_run(self.root, runs, self.options.run)]
             self.run = runs[0] if len(runs) == 1 else None
             return sorted(runs[0].files, key=natural_key) if len(runs) == 1 else expand_paths([self.root])
         except InputError:

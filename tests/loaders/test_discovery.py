@@ -1,5 +1,5 @@
 """Directories searched down to their dumps: run roots below experiment folders, files beside dumps that are no
-dumps, and two or more runs refused by name, never merged."""
+dumps, and two or more runs named, never merged: each audited under its name, or the one ``--run`` names."""
 
 from __future__ import annotations
 
@@ -52,15 +52,68 @@ def load_quietly(*args, **kwargs) -> pa.Table:
 
 
 def test_two_verl_runs_are_named_never_merged(tmp_path: Path):
-    message = error_line(run("compare", corpus("verl")))
-    assert "holds 2 runs" in message
+    for command in (["convert", "-o", tmp_path / "t.csv"], ["compare", "--html", tmp_path / "r.html"]):
+        message = error_line(run(*command, corpus("verl")))
+        assert "holds 2 runs" in message or "holds 2 runs (rollout_data_v0, rollout_data_v1)" in message
+        assert "--run" in message
+    message = error_line(run("convert", "-o", tmp_path / "t.csv", corpus("verl")))
     assert "rollout_data_v0 (verl, step 9)" in message and "rollout_data_v1 (verl, steps 5-6)" in message
-    assert "name its directory" in message
-    for command in (["inspect"], ["gate", "--max", "batch:sign_flip_rate=1"], ["convert", "-o", tmp_path / "t.csv"]):
-        assert "holds 2 runs" in error_line(run(*command, corpus("verl")))
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(InputError, match="holds 2 runs"):
         rollaudit.load(corpus("verl"))
+    assert {name: len(files) for name, files in rollaudit.find_runs(corpus("verl")).items()} == {
+        "rollout_data_v0": 1,
+        "rollout_data_v1": 2,
+    }
+    assert rollaudit.load(corpus("verl"), run="rollout_data_v1").num_rows == rollaudit.load(
+        corpus("verl") / "rollout_data_v1"
+    ).num_rows
+
+
+def test_a_folder_of_runs_audits_each_under_its_name(tmp_path: Path):
+    result = run("compare", corpus("verl"), "--no-cache")
+    assert result.exit_code == 0, result.stderr
+    headings = [line for line in result.stdout.splitlines() if line.startswith("Run ")]
+    assert headings == ["Run rollout_data_v0 (1 of 2 runs)", "Run rollout_data_v1 (2 of 2 runs)"]
+    single = run("compare", corpus("verl") / "rollout_data_v1", "--no-cache", "--json")
+    document = __import__("json").loads(run("compare", corpus("verl"), "--no-cache", "--json").stdout)
+    assert [entry["load"]["run"] for entry in document["runs"]] == ["rollout_data_v0", "rollout_data_v1"]
+    assert document["errors"] == []
+    alone = __import__("json").loads(single.stdout)
+    assert document["runs"][1]["summary"] == alone["summary"]
+    markdown = run("compare", corpus("areal"), "--no-cache", "--markdown").stdout
+    assert [line for line in markdown.splitlines() if line.startswith("## Run")] == [
+        "## Run trial0 (1 of 2 runs)",
+        "## Run trial1-concat-rnorm (2 of 2 runs)",
+    ]
+    picked = run("compare", corpus("open_instruct"), "--no-cache", "--run", "oi_masktrunc")
+    assert picked.exit_code == 0 and "oi_masktrunc_rollouts_000000.jsonl" in picked.stdout
+    assert " runs) " not in picked.stdout
+    message = error_line(run("compare", corpus("open_instruct"), "--run", "oi_mask"))
+    assert "no run named 'oi_mask' (did you mean 'oi_masktrunc'?)" in message
+    assert "oi_default, oi_masktrunc, oi_standard_nofilter" in message
+
+
+def test_a_gate_over_runs_fails_when_any_run_fails():
+    rules = ["--max", "trained:sign_flip_rate=0.1", "--no-cache"]
+    assert run("gate", corpus("verl"), *rules).exit_code == 0
+    failing = run("gate", corpus("nemo_rl"), "--max", "batch:sign_flip_rate=0.2", "--no-cache", "--json")
+    assert failing.exit_code == 1
+    document = __import__("json").loads(failing.stdout)
+    assert document["passed"] is False
+    assert [(entry["run"], entry["passed"]) for entry in document["runs"]] == [("dapo", False), ("grpo", True)]
+    assert "gate failed on 1 of 2 runs (dapo)" in failing.stderr
+
+
+def test_a_run_that_cannot_be_read_is_named_and_the_others_audited(tmp_path: Path):
+    for name in ("rollout_data_v0", "rollout_data_v1"):
+        shutil.copytree(corpus("verl") / name, tmp_path / name)
+    (tmp_path / "rollout_data_v0" / "9.jsonl").write_text('{"input": "a", "output": "b"}\n')
+    result = run("compare", tmp_path, "--no-cache")
+    assert result.exit_code == 2
+    assert "Run rollout_data_v1 (2 of 2 runs)" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: run rollout_data_v0: ")
 
 
 def test_a_missing_corpus_fails_in_ci_and_skips_elsewhere(tmp_path: Path, monkeypatch):
@@ -81,7 +134,7 @@ def test_one_verl_run_reads():
 
 def test_areal_trials_below_experiment_folders_are_found(tmp_path: Path):
     # The corpus holds two trials: each is a run, and both are named.
-    message = error_line(run("compare", corpus("areal")))
+    message = error_line(run("convert", corpus("areal"), "-o", tmp_path / "t.csv"))
     assert f"under {AREAL_TRIALS}" in message
     assert "trial0 (areal, steps 3-4)" in message and "trial1-concat-rnorm (areal, step 3)" in message
     # One trial below the README, the expected outputs and the experiment folders: read as that run.
@@ -110,27 +163,28 @@ def test_a_run_directory_with_its_readme_and_expected_files_reads(folder: str):
 
 
 def test_two_nemo_rl_runs_are_named():
-    message = error_line(run("compare", corpus("nemo_rl")))
+    message = error_line(run("convert", corpus("nemo_rl"), "-o", "unwritten.csv"))
     assert "dapo (nemo_rl, steps 3-4)" in message and "grpo (nemo_rl, steps 3-4)" in message
+    assert not Path("unwritten.csv").exists()
 
 
 def test_a_parent_of_runs_never_says_it_holds_no_dumps():
     for framework in ("verl", "areal", "nemo_rl"):
-        message = error_line(run("compare", corpus(framework)))
+        message = error_line(run("convert", corpus(framework), "-o", "unwritten.csv"))
         assert "no dump files" not in message and "runs" in message
 
 
-def test_a_real_process_names_both_verl_runs():
+def test_a_real_process_audits_both_verl_runs():
     result = subprocess.run(
-        [sys.executable, "-m", "rollaudit", "compare", str(corpus("verl"))],
+        [sys.executable, "-m", "rollaudit", "compare", str(corpus("verl")), "--no-cache"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=120,
     )
-    assert result.returncode == 2 and result.stdout == "", result.stderr
-    (line,) = result.stderr.splitlines()
-    assert "rollout_data_v0 (verl, step 9)" in line and "rollout_data_v1 (verl, steps 5-6)" in line
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    headings = [line for line in result.stdout.splitlines() if line.startswith("Run ")]
+    assert headings == ["Run rollout_data_v0 (1 of 2 runs)", "Run rollout_data_v1 (2 of 2 runs)"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -206,8 +260,10 @@ def test_two_frameworks_given_together_are_refused():
 def test_dumps_of_two_frameworks_in_one_folder_are_two_runs(tmp_path: Path):
     shutil.copyfile(SAMPLES / "uniform.pt", tmp_path / "5.pt")
     shutil.copyfile(VERL_SAMPLE / "1.jsonl", tmp_path / "1.jsonl")
-    message = error_line(run("compare", tmp_path))
+    message = error_line(run("convert", tmp_path, "-o", tmp_path / "t.csv"))
     assert ". (slime, step 5)" in message and ". (verl, step 1)" in message
+    assert list(rollaudit.find_runs(tmp_path)) == ["slime", "verl"]
+    assert run("compare", tmp_path, "--run", "verl", "--no-cache").exit_code == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from ..._errors import InputError
 from ..._table import make_table, with_found, with_trained_default
 from ..arrow import capped, columns, tables
-from ..base import Format
+from ..base import Format, SeveralRuns
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -79,10 +79,12 @@ def expand_directory(directory: Path) -> list[Path] | None:
         if folder.is_dir() and not folder.is_symlink() and _step_files(folder)
     )
     if len(runs) > 1:
-        raise InputError(
+        raise SeveralRuns(
             f"holds {len(runs)} ART runs: {', '.join(str(run.relative_to(directory)) for run in runs)}",
+            # A run's name: {project}/models/{model}, below .art.
+            runs={str(run.relative_to(root).parent.parent): _step_files(run) for run in runs},
             file=str(directory),
-            expected="one run: name its trajectories/train directory",
+            expected="one run: name it with --run, or name its trajectories/train directory",
         )
     return _step_files(runs[0]) if runs else None
 

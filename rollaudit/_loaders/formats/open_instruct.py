@@ -45,7 +45,7 @@ from ..._table import (
     with_trained_default,
 )
 from ..arrow import columns, json_lines, tables
-from ..base import Format
+from ..base import Format, SeveralRuns
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -113,10 +113,11 @@ def expand_directory(directory: Path) -> list[Path] | None:
         return None
     if len(runs) > 1:
         names = ", ".join(sorted(runs))
-        raise InputError(
+        raise SeveralRuns(
             f"holds {len(runs)} open-instruct runs ({names})",
+            runs=dict(sorted(runs.items())),
             file=str(directory),
-            expected="one run: name its {run_name}_rollouts_*.jsonl file(s), or a directory holding one run",
+            expected="one run: name it with --run, or name its {run_name}_rollouts_*.jsonl file(s)",
         )
     return next(iter(runs.values()))
 

@@ -13,7 +13,9 @@ rllm's ``logs/...``) are found without any format naming the folders above them.
 Generic tables are the fallback: they claim a directory only when no framework does, and do not stop the walk.
 Files that are not dumps (READMEs, ``expected*`` reference outputs, configs, tokenizers, ``metrics.jsonl``) are
 never taken; hidden directories, ``expected*`` directories and symbolic links already seen are never entered, and
-the walk stops at ``MAX_DEPTH``. Two or more runs are never merged: the error names each (path, format, steps).
+the walk stops at ``MAX_DEPTH``. Two or more runs are never merged: each is named (its folder below the runs'
+common folder, and its own name where a format keeps several runs in one folder, as open-instruct does), and
+:func:`directory_files` reads the one picked by name, or raises :class:`~..base.SeveralRuns` naming them all.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..._errors import InputError
+from ..._errors import InputError, did_you_mean
+from ..base import SeveralRuns
 from ..registry import FORMATS
 
 MAX_DEPTH = 8
@@ -74,11 +77,20 @@ class Run:
     root: Path
     format: str
     files: tuple[Path, ...]
+    name: str = ""
+    """The run's own name where its format keeps several runs in one folder (open-instruct's run_name)."""
+
+    def where(self, top: Path) -> str:
+        """The run's name below ``top``: its folder, and its own name where it has one (``rollouts/oi_default``);
+        ``.`` for the run at ``top`` itself."""
+        folder = os.path.relpath(self.root, top) if self.root != top else "."
+        if not self.name:
+            return folder
+        return self.name if folder == "." else f"{folder}/{self.name}"
 
     def label(self, top: Path) -> str:
         """``rollout_data_v1 (verl, steps 5-6)``: where the run is (below ``top``), its format and its steps."""
-        where = os.path.relpath(self.root, top) if self.root != top else "."
-        return f"{where} ({self.format}, {_steps_label(self)})"
+        return f"{self.where(top)} ({self.format}, {_steps_label(self)})"
 
 
 def _steps_label(run: Run) -> str:
@@ -122,13 +134,18 @@ def _claims(directory: Path) -> tuple[list[Run], bool]:
     for name, entry in FORMATS.items():
         if name == GENERIC:
             continue
-        files = [path for path in entry.expand_directory(directory) or () if not is_side_file(path)]
-        if not files or taken.intersection(files):
-            continue
-        if runs and any(path.parent != directory for path in files):
-            continue
-        runs.append(Run(directory, name, tuple(files)))
-        taken.update(files)
+        try:
+            named = {"": list(entry.expand_directory(directory) or ())}
+        except SeveralRuns as several:  # a folder holding several runs of the format side by side
+            named = several.runs
+        for run_name, listed in named.items():
+            files = [path for path in listed if not is_side_file(path)]
+            if not files or taken.intersection(files):
+                continue
+            if any(found.format != name for found in runs) and any(path.parent != directory for path in files):
+                continue
+            runs.append(Run(directory, name, tuple(files), run_name))
+            taken.update(files)
     if runs:
         return runs, True
     tables = [path for path in FORMATS[GENERIC].expand_directory(directory) or () if _is_table(path)]
@@ -139,7 +156,10 @@ def run_files(run: Run) -> list[Path]:
     """The files of a run found before, listed again at its root by its format (names only, no other format
     asked): what a follower of a growing run needs at each look. Empty when the format no longer finds it."""
     entry = FORMATS[run.format]
-    listed = entry.expand_directory(run.root) or ()
+    try:
+        listed = entry.expand_directory(run.root) or ()
+    except SeveralRuns as several:
+        listed = several.runs.get(run.name, ())
     keep = _is_table if run.format == GENERIC else (lambda path: not is_side_file(path))
     return sorted((path for path in listed if keep(path)), key=natural_key)
 
@@ -188,15 +208,39 @@ def _subdirectories(folder: Path) -> list[Path]:
     return sorted((path for path in folder.iterdir() if _is_searched(path) and path.is_dir()), key=natural_key)
 
 
-def directory_files(directory: Path, detect: Callable[[Path], str]) -> list[Path]:
-    """The dump files of the one run at or below ``directory``, in natural order. ``detect(path)`` names a file's
-    format (InputError when none reads it): where no format recognises the layout, the directory's own files that
-    some format reads by content are its dumps. InputError when it holds several runs, or none."""
+def named_runs(directory: Path, runs: list[Run]) -> dict[str, Run]:
+    """The runs found at or below ``directory`` by name: each one's place below their common folder (``trial0``,
+    ``rollout_data_v1``, open-instruct's ``oi_default``), in walk order; ``.`` for one run at ``directory``. Where
+    dumps of two formats lie in one folder, each run's name ends with its format (``slime``, ``a/verl``)."""
+    common = _common_folder(directory, runs)
+    places = [run.where(common) for run in runs]
+    shared = {place for place in places if places.count(place) > 1}
+    return {
+        (place if place not in shared else run.format if place == "." else f"{place}/{run.format}"): run
+        for place, run in zip(places, runs, strict=True)
+    }
+
+
+def directory_files(directory: Path, detect: Callable[[Path], str], run: str | None = None) -> list[Path]:
+    """The dump files of the one run at or below ``directory`` (of the run named ``run``, where it holds several),
+    in natural order. ``detect(path)`` names a file's format (InputError when none reads it): where no format
+    recognises the layout, the directory's own files that some format reads by content are its dumps.
+    :class:`~..base.SeveralRuns` when it holds several runs and none is named; InputError when it holds none, or
+    none of that name."""
     runs = find_runs(directory)
+    if run is not None and runs:
+        return sorted(pick_run(directory, runs, run).files, key=natural_key)
     if len(runs) == 1:
         return sorted(runs[0].files, key=natural_key)
     if runs:
-        raise InputError(_several_runs(directory, runs), file=str(directory), expected="one run: name its directory")
+        raise SeveralRuns(
+            _several_runs(directory, runs),
+            runs={name: sorted(found.files, key=natural_key) for name, found in named_runs(directory, runs).items()},
+            file=str(directory),
+            expected="one run: name it with --run, or name its directory",
+        )
+    if run is not None:
+        raise InputError(f"holds no run named {run!r}", file=str(directory), expected="a directory holding runs")
     files = sorted(_read_by_content(directory, detect), key=natural_key)
     if files:
         return files
@@ -208,15 +252,42 @@ def directory_files(directory: Path, detect: Callable[[Path], str]) -> list[Path
     )
 
 
+def pick_run(directory: Path, runs: list[Run], name: str) -> Run:
+    """The run named ``name`` (as :func:`named_runs` names it, or by its last folders: ``trial0`` for
+    ``logs/trial0``); InputError naming the runs when none or several match."""
+    named = named_runs(directory, runs)
+    wanted = name.strip("/")
+    matches = [run for key, run in named.items() if key == wanted] or [
+        run for key, run in named.items() if key.endswith("/" + wanted) or (key == "." and run.root.name == wanted)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    listed = list(named)[:MAX_RUNS_NAMED]
+    if len(named) > MAX_RUNS_NAMED:
+        listed.append(f"and {len(named) - MAX_RUNS_NAMED} more")
+    if matches:
+        problem = f"holds {len(matches)} runs named {name!r}"
+    else:
+        problem = f"holds no run named {name!r}{did_you_mean(wanted, named)}"
+    raise InputError(problem, file=str(directory), expected=f"one of its runs: {', '.join(listed)}")
+
+
+def _common_folder(directory: Path, runs: list[Run]) -> Path:
+    """The folder the runs' names are said from: their common folder, where none of them is that folder itself
+    (``trial0`` and ``trial1`` under ``experiments/logs/...``); else ``directory``."""
+    if not runs:
+        return directory
+    common = Path(os.path.commonpath([str(run.root) for run in runs]))
+    if common != directory and all(run.root != common for run in runs):
+        return common
+    return directory
+
+
 def _several_runs(directory: Path, runs: list[Run]) -> str:
     """``holds 2 runs (not merged) under a/b: trial0 (areal, steps 3-4), trial1 (areal, step 3)``: the folders
     above them all said once, so that the line stays short."""
-    common = Path(os.path.commonpath([str(run.root) for run in runs]))
-    under = ""
-    if common != directory and all(run.root != common for run in runs):
-        under = f" under {os.path.relpath(common, directory)}"
-    else:
-        common = directory
+    common = _common_folder(directory, runs)
+    under = f" under {os.path.relpath(common, directory)}" if common != directory else ""
     labels = [run.label(common) for run in runs[:MAX_RUNS_NAMED]]
     if len(runs) > MAX_RUNS_NAMED:
         labels.append(f"and {len(runs) - MAX_RUNS_NAMED} more")

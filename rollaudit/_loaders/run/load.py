@@ -38,6 +38,7 @@ from ..._table import (
     with_facts,
     with_found,
 )
+from ..base import SeveralRuns
 from ..options import Engine, LoadOptions, TokenReduce
 from ..registry import FORMATS
 from .discover import DUMP_HINT, MAX_DEPTH, directory_files, natural_key
@@ -48,8 +49,10 @@ ProgressCallback = Callable[[str, int], Any]
 _GLOB_CHARACTERS = re.compile(r"[*?[]")
 
 
-def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Files to read: a file, a directory's dumps, a glob's matches (sorted), or a list of those, in order."""
+def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], run: str | None = None) -> list[Path]:
+    """Files to read: a file, a directory's dumps, a glob's matches (sorted), or a list of those, in order. A
+    directory that holds several runs gives the one named ``run`` (:func:`find_runs` names them); without ``run``
+    it raises :class:`~rollaudit.SeveralRuns`."""
     items = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
     if not items:
         raise InputError("no paths given", expected="a dump file, a list of files, a directory or a glob")
@@ -59,7 +62,7 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
             raise UsageError(f"{type(item).__name__} given where a path was expected", expected="str or os.PathLike")
         path = Path(item)
         if path.is_dir():
-            files.extend(directory_files(path, detect_format))
+            files.extend(directory_files(path, detect_format, run))
         elif path.is_file():
             files.append(path)
         elif isinstance(item, str) and _GLOB_CHARACTERS.search(item):
@@ -78,6 +81,22 @@ def expand_paths(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike])
             resolved = folder / path.name
         unique.setdefault(resolved, path)
     return list(unique.values())
+
+
+def find_runs(path: str | os.PathLike) -> dict[str, list[Path]]:
+    """The runs at ``path``, by name, each with its dump files in order: a directory holding several runs (two
+    verl rollout directories, AReaL trials, open-instruct's runs side by side) gives each, named by its place
+    below their common folder (``trial0``; open-instruct's ``run_name``); a file, or a directory of one run,
+    gives that run, named ``.``. ``load(path, run=name)`` reads one.
+
+    >>> import rollaudit
+    >>> list(rollaudit.find_runs("sample_dumps/fanout"))
+    ['.']
+    """
+    try:
+        return {".": expand_paths(Path(path))}
+    except SeveralRuns as several:
+        return several.runs
 
 
 def _glob_files(pattern: str) -> list[Path]:
@@ -221,12 +240,14 @@ def load(
     cache: str | os.PathLike | bool | None = None,
     engine: Engine = "local",
     ray_address: str | None = None,
+    run: str | None = None,
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
 
     ``path_or_paths``: a dump file, a directory (searched down to the one run
-    it holds; a slime ``--dump-details`` directory pairs its rollout and train
-    dumps by step), a glob, or a list of those, all of one format.
+    it holds, or the one named ``run`` where it holds several: see
+    :func:`find_runs`; a slime ``--dump-details`` directory pairs its rollout
+    and train dumps by step), a glob, or a list of those, all of one format.
     ``options``: a :class:`~rollaudit.LoadOptions`; without it, the
     keywords below build one (they are its fields). ``on_file(path, n_bytes)``
     is called in this process as each file is done (read, or found in the cache).
@@ -294,6 +315,7 @@ def load(
             cache=cache,
             engine=engine,
             ray_address=ray_address,
+            run=run,
         )
     elif not isinstance(options, LoadOptions):
         raise UsageError(f"options is a {type(options).__name__}", expected="a rollaudit.LoadOptions")
@@ -303,7 +325,7 @@ def load(
             expected=f"one of the formats rollaudit reads: {', '.join(FORMATS)}",
         )
     # Read and joined in a function of its own, so that the files' tables are freed before their columns are joined.
-    return _in_one_chunk(_read_run(expand_paths(path_or_paths), options, on_file))
+    return _in_one_chunk(_read_run(expand_paths(path_or_paths, options.run), options, on_file))
 
 
 def _read_run(files: list[Path], options: LoadOptions, on_file: ProgressCallback | None) -> pa.Table:
