@@ -43,6 +43,37 @@ def sample_dumps() -> list[Path]:
     return sorted(path for path in SAMPLES.iterdir() if path.suffix not in (".md", ".py"))
 
 
+def alphabetical(names) -> list[str]:
+    return sorted(names, key=str.casefold)
+
+
+def styled(*args: object) -> list[str]:
+    """The lines a terminal shows (rich's table), styles removed."""
+    environment = {"COLUMNS": "120", "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "NO_COLOR": None}
+    result = CliRunner(env=environment).invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return re.sub(r"\x1b\[[0-9;]*m", "", result.stdout).splitlines()
+
+
+def table_names(lines: list[str]) -> list[str]:
+    """The first cells of a rich table's rows (the names): one per entry, blank on an entry's further lines."""
+    return [cell for line in lines if line.startswith("│") and (cell := line.split("│")[1].strip())]
+
+
+def piped_names(lines: list[str]) -> list[str]:
+    return [line for line in lines if not line.startswith("  ")]
+
+
+def usage_error(*args: object) -> str:
+    """The one line on stderr of a command that exits 2, with nothing on stdout."""
+    result = CliRunner().invoke(app, [str(arg) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip()
+
+
 def json_of(*args: object) -> dict:
     result = run(*args)
     assert result.exit_code in (0, 1), result.output  # gate: 1 is a failed rule, still a document
@@ -63,7 +94,7 @@ def validator(command: str) -> jsonschema.Draft202012Validator:
 
 def test_schemes_json_is_every_preset_with_its_notes():
     entries = json_of("schemes", "--json")
-    assert [entry["name"] for entry in entries] == list(rollaudit.PRESETS)
+    assert [entry["name"] for entry in entries] == alphabetical(rollaudit.PRESETS)
     for entry in entries:
         preset = rollaudit.PRESETS[entry["name"]]
         assert entry["definition"] == preset.notes.description
@@ -81,11 +112,61 @@ def test_schemes_json_is_every_preset_with_its_notes():
 
 def test_schemes_piped_is_one_line_per_field():
     lines = run("schemes").stdout.splitlines()
-    names = [line for line in lines if not line.startswith("  ")]
-    assert names == list(rollaudit.PRESETS)
+    names = piped_names(lines)
+    assert names == alphabetical(rollaudit.PRESETS) and names != list(rollaudit.PRESETS)
     assert "  undefined: rllm drops such groups from training (min_trajs_per_group = 2)" in lines
     assert "  rounding_fix: the defect NeMo-RL PR #4158 fixes" in lines
     assert all(line.startswith("  ") and ": " in line for line in lines if line not in names)
+
+
+def test_schemes_in_a_terminal_is_a_table_in_alphabetical_order():
+    assert table_names(styled("schemes")) == alphabetical(rollaudit.PRESETS)
+
+
+def test_schemes_name_shows_that_preset_alone_in_every_output():
+    listed = {entry["name"]: entry for entry in json_of("schemes", "--json")}
+    assert json_of("schemes", "nemo-loo", "--json") == listed["nemo-loo"]  # the object, not a list of one
+    lines = run("schemes", "nemo-loo").stdout.splitlines()
+    assert piped_names(lines) == ["nemo-loo"]
+    assert "  rounding_fix: the defect NeMo-RL PR #4158 fixes" in lines
+    assert lines == run("schemes").stdout.splitlines()[lines_of(run("schemes").stdout, "nemo-loo")]
+    terminal = styled("schemes", "nemo-loo")
+    assert table_names(terminal) == ["nemo-loo"]
+    assert any("the defect NeMo-RL PR #4158 fixes" in line for line in terminal)
+    # A preset that needs n to run is still shown by name.
+    assert piped_names(run("schemes", "positional").stdout.splitlines()) == ["positional"]
+
+
+def lines_of(listing: str, name: str) -> slice:
+    """The lines of ``name``'s entry in a piped listing."""
+    lines = listing.splitlines()
+    start = lines.index(name)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return slice(start, end)
+
+
+def test_schemes_takes_a_scheme_string():
+    entry = json_of("schemes", "prompt(scale=none)", "--json")
+    assert entry["name"] == "prompt(scale=none)"
+    assert rollaudit.get_scheme(entry["parameters"]) == dataclasses.replace(
+        rollaudit.get_scheme("prompt(scale=none)"), name=entry["parameters"]
+    )
+    assert entry["definition"].startswith("the preset prompt with scale=none; the preset: GRPO as intended")
+    assert entry["source"] == rollaudit.PRESETS["prompt"].notes.source
+    assert piped_names(run("schemes", "prompt(scale=none)").stdout.splitlines()) == ["prompt(scale=none)"]
+    # What the string names is escaped in the text, as every line rollaudit prints.
+    assert run("schemes", "custom(group_by=a\x1bb)").stdout.splitlines()[0] == "custom(group_by=a\\x1bb)"
+
+
+def test_schemes_unknown_name_is_one_line_with_the_nearest_preset():
+    assert usage_error("schemes", "nemo-lo") == "error: unknown scheme 'nemo-lo' (did you mean 'nemo-loo'?)"
+    assert usage_error("schemes", "NEMO-LOO") == "error: unknown scheme 'NEMO-LOO' (did you mean 'nemo-loo'?)"
+    assert "did you mean 'nemo-loo'" in usage_error("schemes", "nemo-lo(scale=none)", "--json")
+    line = usage_error("schemes", "zzz")
+    assert "unknown scheme 'zzz'" in line and "rollaudit schemes" in line
+    # A preset with bad parameters: the scheme string's own error.
+    assert "unknown key 'scal' (did you mean 'scale'?)" in usage_error("schemes", "prompt(scal=none)")
+    assert "needs n" in usage_error("schemes", "positional(scale=none)")
 
 
 def test_scheme_choices_come_from_the_annotations():
@@ -107,7 +188,7 @@ def test_scheme_choices_come_from_the_annotations():
 
 def test_formats_json_is_every_registered_format():
     entries = {entry["name"]: entry for entry in json_of("formats", "--json")}
-    assert list(entries) == list(FORMATS)
+    assert list(entries) == alphabetical(FORMATS)
     for name, loader in FORMATS.items():
         entry = entries[name]
         assert entry["reads"] == loader.description
@@ -129,8 +210,47 @@ def test_formats_json_is_every_registered_format():
 
 def test_formats_piped_names_each_format():
     lines = run("formats").stdout.splitlines()
-    assert [line for line in lines if not line.startswith("  ")] == list(FORMATS)
+    assert piped_names(lines) == alphabetical(FORMATS) and piped_names(lines) != list(FORMATS)
     assert "  trained_with: areal-group: " + areal.DEFAULT[1] in lines
+
+
+def test_formats_in_a_terminal_is_a_table_in_alphabetical_order():
+    lines = styled("formats")
+    assert table_names(lines) == alphabetical(FORMATS)
+    assert lines[0].strip() == "formats"
+
+
+def test_formats_detection_order_is_the_loader_s():
+    """The loader tries the formats in FORMATS' order; --detection-order prints that order, in every output."""
+    assert [entry["name"] for entry in json_of("formats", "--detection-order", "--json")] == list(FORMATS)
+    assert piped_names(run("formats", "--detection-order").stdout.splitlines()) == list(FORMATS)
+    lines = styled("formats", "--detection-order")
+    assert table_names(lines) == list(FORMATS)
+    assert lines[0].strip() == "formats (detected in this order)"
+    assert list(FORMATS)[-1] == "generic"  # the catch-all is tried last, whatever the listing's order
+
+
+def test_formats_name_shows_that_format_alone_in_every_output():
+    listed = {entry["name"]: entry for entry in json_of("formats", "--json")}
+    assert json_of("formats", "slime", "--json") == listed["slime"]  # the object, not a list of one
+    listing = run("formats").stdout
+    lines = run("formats", "slime").stdout.splitlines()
+    assert piped_names(lines) == ["slime"]
+    assert lines == listing.splitlines()[lines_of(listing, "slime")]
+    assert "  options: n_samples_per_prompt, reward_key" in lines
+    terminal = styled("formats", "slime")
+    assert table_names(terminal) == ["slime"]
+    # Shown as written: rich markup would read "[reward_key]" as a style tag and drop it.
+    assert any("reward, or reward[reward_key]" in line for line in terminal)
+
+
+def test_formats_unknown_name_is_one_line_with_the_nearest_format():
+    line = usage_error("formats", "nosuch")
+    assert line.startswith("error: unknown format 'nosuch' (expected one of agent_lightning, areal, art, ")
+    assert all(name in line for name in FORMATS)
+    assert usage_error("formats", "slim") == "error: unknown format 'slim' (did you mean 'slime'?)"
+    assert usage_error("formats", "nemo-rl", "--json") == "error: unknown format 'nemo-rl' (did you mean 'nemo_rl'?)"
+    assert usage_error("formats", "SLIME") == "error: unknown format 'SLIME' (did you mean 'slime'?)"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
