@@ -37,6 +37,7 @@ from .text import (
     recorded_fit_rows,
     recorded_sentence,
     rounding_line,
+    sign_terms_line,
     source_line,
     trained_why,
     undefined,
@@ -268,8 +269,8 @@ def _prompts(report: Report, top: int) -> str:
 
 def _scatter(svgs: Mapping[str, tuple[str, list[str]]]) -> str:
     caption = (
-        "Each sample's advantage under a scheme against the reference's. Red crosses: pushed the opposite way; "
-        "yellow triangles: signal invented where the reference has none; blue: signal lost; grey: same sign."
+        "Each sample's advantage under a scheme against the reference's. Red crosses: reversed; "
+        "yellow triangles: invented (the reference gives 0); blue: lost (the scheme gives 0); grey: same sign."
     )
     figure = _figure(svgs, "advantage_scatter", caption)
     distribution = _figure(
@@ -310,10 +311,8 @@ def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int 
         _prompts(report, top),
     ]
     glossary = (
-        "sign changed: samples whose advantage sign (+, 0, −) differs from the reference's; reversed: + became − "
-        "or back (pushed the opposite way); spurious: the reference gives 0, the scheme does not (signal "
-        "invented); lost: the reverse; inflation: non-zero advantages against the reference's; cosine: "
-        "length-weighted direction agreement (1 = same)."
+        f"{sign_terms_line()} Inflation: non-zero advantages against the reference's; cosine: length-weighted "
+        "direction agreement (1 = same)."
     )
     footer = f"<footer><p>{text(glossary)}</p><p>rollaudit {text(__version__)}</p></footer>"
     return f"<div class='rollaudit'>{''.join(sections)}{footer}</div>"

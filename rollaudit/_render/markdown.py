@@ -35,6 +35,7 @@ from .text import (
     recorded_fit_rows,
     recorded_sentence,
     rounding_line,
+    sign_terms_line,
     trained_why,
     undefined,
     verdict_title,
@@ -172,11 +173,9 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
                 lines += [markdown_table([title.split(" / ")[0] + " per " + title.split(" / ")[1], "count"], rows), ""]
         lines += ["</details>", ""]
     lines.append(
-        "<sub>sign changed: share of samples whose advantage sign (+, 0 or −) differs from the reference's; "
-        "reversed: + became − or back, a part of those; tokens changed: share of response tokens on samples "
-        "whose sign changed; inflation: non-zero advantages "
-        "against the reference's; spurious: samples the reference gives 0 that got an advantage; lost: the "
-        "reverse; cosine: length-weighted direction agreement (1 = same).</sub>"
+        f"<sub>{markdown_text(sign_terms_line())} tokens changed: share of response tokens on samples whose sign "
+        "changed; inflation: non-zero advantages against the reference's; cosine: length-weighted direction "
+        "agreement (1 = same).</sub>"
     )
     # Dump text is escaped as Markdown above; this keeps a line of it from reading as a workflow command when
     # the report is printed in a CI log.

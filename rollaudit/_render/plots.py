@@ -51,9 +51,9 @@ ZERO_BAND = 1e-6  # the metrics' zero band: |A| <= 1e-6 is no push
 # and marker (Paul Tol's high-contrast colours: told apart by colour-blind readers and in grey print too).
 POINT_KINDS = (
     ("agree", "same sign as the reference", "#bbbbbb", "o"),
-    ("lost", "signal lost (reference ≠ 0, scheme 0)", "#0077bb", "v"),
-    ("invented", "signal invented (reference 0, scheme ≠ 0)", "#ddaa33", "^"),
-    ("reversed", "pushed the opposite way", "#cc3311", "X"),
+    ("lost", "lost (reference ≠ 0, scheme 0)", "#0077bb", "v"),
+    ("invented", "invented (reference 0, scheme ≠ 0)", "#ddaa33", "^"),
+    ("reversed", "reversed (+ became − or back)", "#cc3311", "X"),
 )
 FILES = {
     "group_sizes": "group_sizes.png",

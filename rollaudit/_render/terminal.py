@@ -42,6 +42,7 @@ from .text import (
     recorded_fit_rows,
     recorded_sentence,
     rounding_line,
+    sign_terms_line,
     source_line,
     steps_label,
     trained_why,
@@ -240,7 +241,7 @@ def metrics_table(report: Report) -> FittedTable:
     )
 
 
-# The summary columns a narrow terminal loses first. Reversals and spurious (invented signal) answer "how
+# The summary columns a narrow terminal loses first. Reversed and invented signs answer "how
 # wrong": they go last, and the scheme column never.
 _METRIC_DROP_ORDER = (
     "lost",
@@ -252,7 +253,7 @@ _METRIC_DROP_ORDER = (
     "non-\nzero",
     "infla-\ntion",
     "sign\nchanged",
-    "spurious",
+    "in-\nvented",
     "re-\nversed",
 )
 
@@ -307,6 +308,8 @@ def _verdict(report: Report) -> RenderableType:
     parts: list[RenderableType] = [title, Text(trained_why(report), style="dim")]
     parts += [Text(f"- {line}") for line in part_lines(report)]
     parts.append(lines)
+    if any(": sign changed on " in line for line in verdicts(report)):
+        parts.append(Text(sign_terms_line(), style="dim"))
     rounding = rounding_line(report)
     if rounding is not None:
         parts.append(Text(rounding, style="yellow"))
@@ -422,16 +425,14 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
         reward_text += f" · min {number(reward['min'])} · mean {number(reward['mean'])} · max {number(reward['max'])}"
     if reward.get("nonfinite"):
         reward_text += f" · {count(reward['nonfinite'])} NaN/inf"
-    overview.add_row("reward", reward_text)
+    overview.add_row("reward", Text(visible(reward_text)))  # a reward dict's keys are the dump's text
     if description.get("recorded_advantages"):
         overview.add_row("recorded", f"trainer's advantage on {_share(description['recorded_advantages'], samples)}")
     if description.get("response_tokens") is not None:
         overview.add_row("tokens", f"{count(description['response_tokens'])} response tokens")
     if description.get("status"):
-        overview.add_row(
-            "status",
-            " · ".join(f"{visible(str(name))} {count(number_of)}" for name, number_of in description["status"].items()),
-        )
+        statuses = description["status"].items()
+        overview.add_row("status", Text(" · ".join(f"{visible(str(name))} {count(n)}" for name, n in statuses)))
     fields = Table(
         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), title="Fields", title_justify="left"
     )
@@ -441,7 +442,7 @@ def render_inspect(description: Mapping[str, Any], load: Mapping[str, Any]) -> R
     fields.add_column("", no_wrap=True, style="dim")
     for column in description["fields"]:
         fields.add_row(
-            log_safe(visible(column["name"])),  # the first cell of a line: escaped before the layout
+            Text(log_safe(visible(column["name"]))),  # the first cell of a line: escaped before the layout; no markup
             column["type"],
             _share(column["non_null"], samples),
             "canonical" if column["canonical"] else "passed through",

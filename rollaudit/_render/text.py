@@ -40,6 +40,9 @@ _FIRST_COLUMN_FLOOR = 14
 # Presets shown in the fit table of recorded advantages: the match and the nearest misses tell the story.
 _FIT_ROWS = 5
 _EQUIVALENT_SHOWN = 3
+# Advantages this close are the same numbers summed in another order (another CPU's kernels move a float64 advantage
+# by units in its last place, 1e-16 at |A| ~ 1); two formulas differ by far more (an eps of 1e-8 is 1e-8 already).
+_SAME_ADVANTAGES = 1e-12
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Number formatting shared by the terminal and Markdown.
@@ -127,16 +130,16 @@ def key_text(value: Any, width: int = KEY_WIDTH) -> str:
 
 
 # The summary columns: (header, metric, formatter). ``nonzero_reference`` and ``compared`` go in the caption.
-# Terminal headers take two lines (``\n``) so that the default three schemes fit in 100 columns. The JSON keys
-# say "flip" for any change of sign class (0 <-> +/- included); the headers say "changed", and "reversed" for
-# the strict flips (+ became -), so that a share of changes is never read as a share of reversals.
+# Terminal headers take two lines (``\n``) so that the default three schemes fit in 100 columns. The headers
+# speak SIGN_TERMS (sign changed: reversed, invented or lost); the JSON keys are the metrics' names
+# (sign_flip_rate, strict_flip_rate, spurious_nonzero, lost_signal), whose descriptions use the same terms.
 METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sign\nchanged", "sign_flip_rate", percent),
     ("re-\nversed", "strict_flip_rate", percent),
     ("tokens\nchanged", "token_flip_rate", percent),
     ("non-\nzero", "nonzero", count),
     ("infla-\ntion", "nonzero_inflation", ratio),
-    ("spurious", "spurious_nonzero", count),
+    ("in-\nvented", "spurious_nonzero", count),
     ("lost", "lost_signal", count),
     ("cosine", "advantage_cosine", lambda value: number(value, 4)),
     ("max\n|ΔA|", "max_abs_diff", number),
@@ -294,26 +297,39 @@ def strict_flips(row: Mapping[str, Any]) -> int:
     return 0 if undefined(rate) or undefined(compared) else round(float(rate) * int(compared))
 
 
+SIGN_TERMS: tuple[tuple[str, str], ...] = (
+    ("sign changed", "the advantage's sign (+, 0 or −) is not the reference's: reversed, invented or lost"),
+    ("reversed", "+ became −, or − became +"),
+    ("invented", "0 became + or − (the reference's 0: the prompt's rewards are all equal, no learning signal)"),
+    ("lost", "+ or − became 0"),
+)
+"""The one vocabulary of sign changes, in every output (verdict, table, legends; the JSON keys'
+descriptions): a sample's sign changed when it was reversed, invented or lost."""
+
+
+def sign_terms_line() -> str:
+    """The sign-change terms defined in one line, where a report first uses them."""
+    return "; ".join(f"{term}: {meaning}" for term, meaning in SIGN_TERMS) + "."
+
+
 def scheme_verdict(row: Mapping[str, Any], reference: str) -> str:
-    """What a scheme does to the reference's advantages, reversals apart from invented signal:
-    ``0 samples pushed the opposite way, 21 samples given an advantage without learning signal, 1.31× ...``."""
+    """What a scheme does to the reference's advantages, in the terms of :data:`SIGN_TERMS`:
+    ``sign changed on 53.8%: 0 reversed, 14 invented, 0 lost; 2.17× as many non-zero advantages``."""
     if undefined(row["sign_flip_rate"]):
         return f"nothing to compare with {reference}"
-    reversed_, spurious, lost = strict_flips(row), int(row["spurious_nonzero"]), int(row["lost_signal"])
+    reversed_, invented, lost = strict_flips(row), int(row["spurious_nonzero"]), int(row["lost_signal"])
     if row["sign_flip_rate"] == 0:
-        if row["max_abs_diff"] == 0:
+        if row["max_abs_diff"] <= _SAME_ADVANTAGES:
             return f"same signs as {reference}; identical advantages"
         differ = f"advantages differ by up to {number(row['max_abs_diff'])} (mean {number(row['mean_abs_diff'])})"
         return f"same signs as {reference}; {differ}"
-    parts = [plural(reversed_, "sample") + " pushed the opposite way"]
-    if reversed_:
-        parts[0] += f" ({percent(row['strict_flip_rate'])})"
-    parts.append(plural(spurious, "sample") + " given an advantage without learning signal")
-    if lost:
-        parts.append(f"{plural(lost, 'sample')} with signal given none")
+    text = (
+        f"sign changed on {percent(row['sign_flip_rate'])} of samples: {count(reversed_)} reversed, "
+        f"{count(invented)} invented, {count(lost)} lost"
+    )
     if not undefined(row["nonzero_inflation"]) and row["nonzero_inflation"] != 1:
-        parts.append(f"{ratio(row['nonzero_inflation'])} as many non-zero advantages")
-    return ", ".join(parts)
+        text += f"; {ratio(row['nonzero_inflation'])} as many non-zero advantages"
+    return text
 
 
 _EVIDENCE = {
@@ -362,8 +378,10 @@ def part_lines(report: Report) -> list[str]:
 
 
 def verdict_title(report: Report, code: Callable[[str], str] = _plain) -> str:
-    """The report's first sentence: which scheme the run trained with, and on what evidence."""
-    return f"Verdict: {trained_text(report, code)}. Against {code(report.reference)}:"
+    """The report's first sentence: which scheme the run trained with, and on what evidence; ``Against prompt:``
+    where schemes were compared with the reference."""
+    compared = verdicts(report)
+    return f"Verdict: {trained_text(report, code)}." + (f" Against {code(report.reference)}:" if compared else "")
 
 
 def trained_label(report: Report, scheme: str) -> str:
@@ -568,7 +586,7 @@ def _others(report: Report) -> list[str]:
 
 
 # The per-prompt count columns' labels: ``flips`` counts any change of sign class, as the summary's "sign changed".
-PROMPT_COUNT_LABELS = {"flips": "changed", "spurious": "spurious"}
+PROMPT_COUNT_LABELS = {"flips": "changed", "spurious": "invented"}
 
 
 def prompt_rows(report: Report, prompts: Any, kind: str) -> tuple[list[str], list[list[str]]]:

@@ -30,16 +30,21 @@ def _verdict(point: StepPoint) -> str:
     return "FAIL " + ", ".join(key_text(name, 48) for name in point.failed)
 
 
+# How the run's own scheme is known, said after its name; recorded advantages need no word.
+_EVIDENCE = {"given": " (as given)", "framework default": " (assumed)"}
+
+
 def step_line(point: StepPoint, files: Sequence[str] = ()) -> str:
-    """One step as one line: ``step 12 · 5,000 samples · 1,250 prompts · trained slime-2204: 0.0% signs differ
-    (0.0% reversed), 1.00× non-zero · worst batch 23.9% · PASS``."""
+    """One step as one line: ``step 12 · 5,000 samples · 1,250 prompts · trained slime-2204 (assumed): sign
+    changed 0.0% (0.0% reversed), 1.00× non-zero · worst batch 23.9% · PASS``."""
     if point.error is not None:
         where = visible(files[0]) if files else "?"
         return f"step ? · {where}: could not be audited: {visible(point.error)}"
     parts = [f"step {point.step}", f"{point.samples:,} samples", f"{point.prompts:,} prompts"]
     if point.trained is not None:
+        evidence = _EVIDENCE.get(point.evidence or "", "")
         parts.append(
-            f"trained {key_text(point.trained, 40)}: {percent(point.flips)} signs differ "
+            f"trained {key_text(point.trained, 40)}{evidence}: sign changed {percent(point.flips)} "
             f"({percent(point.strict)} reversed), {ratio(point.inflation)} non-zero"
         )
     else:

@@ -120,6 +120,8 @@ class StepPoint:
     error: str | None
     replaces: bool
     scheme_changed: str | None = None
+    evidence: str | None = None
+    """How the run's own scheme is known: ``recorded``, ``given`` or ``framework default`` (an assumption)."""
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> StepPoint:
@@ -153,6 +155,7 @@ class StepPoint:
             error=record.get("error"),
             replaces=bool(record.get("replaces")),
             scheme_changed=record.get("scheme_changed"),
+            evidence=trained_with.get("evidence") if row is not None else None,
         )
 
 

@@ -202,4 +202,4 @@ def test_schemes_command_lists_every_preset():
     result = CliRunner().invoke(app, ["schemes", "--json"], catch_exceptions=False)
     assert result.exit_code == 0
     listed = [entry["name"] for entry in json.loads(result.stdout)]
-    assert listed == list(rollaudit.PRESETS)
+    assert listed == sorted(rollaudit.PRESETS, key=str.casefold)

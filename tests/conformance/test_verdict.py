@@ -129,6 +129,9 @@ def test_gate_on_a_stock_nemo_rl_run_passes_the_preset_it_used():
 
 def test_runs_in_one_directory_are_never_merged():
     result = cli("compare", str(corpus("verl")))
+    assert result.returncode == 0, result.stderr
+    assert "Run rollout_data_v0 (1 of 2 runs)" in result.stdout and "Run rollout_data_v1 (2 of 2 runs)" in result.stdout
+    result = cli("convert", str(corpus("verl")), "-o", "never-written.csv")
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "\n" not in line and "rollout_data_v0 (verl" in line and "rollout_data_v1 (verl" in line

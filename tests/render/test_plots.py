@@ -77,10 +77,10 @@ def test_advantage_scatter_figure(audited):
     colours = {tuple(np.round(collection.get_facecolor()[0][:3], 3)) for collection in batch_axis.collections}
     assert len(colours) == 4
     summary = report.summary.loc["batch"]
-    invented = kinds["signal invented (reference 0, scheme ≠ 0)"]
+    invented = kinds["invented (reference 0, scheme ≠ 0)"]
     assert len(invented.get_offsets()) == summary["spurious_nonzero"] == 35
     assert invented.get_label().endswith(": 35")
-    assert len(kinds["pushed the opposite way"].get_offsets()) == round(summary["strict_flip_rate"] * 178) == 0
+    assert len(kinds["reversed (+ became − or back)"].get_offsets()) == round(summary["strict_flip_rate"] * 178) == 0
     assert [text.get_text() for text in batch_axis.get_legend().get_texts()][2].endswith(": 35")
 
 

@@ -161,8 +161,8 @@ def test_verdicts_quote_the_reports_numbers(seed_report):
     batch = next(line for line in lines if line.startswith("batch:"))
     summary = seed_report.summary.loc["batch"]
     assert summary["strict_flip_rate"] == 0 < summary["sign_flip_rate"]  # every flip here is invented signal
-    assert "batch: 0 samples pushed the opposite way" in batch
-    assert f"{int(summary['spurious_nonzero'])} samples given an advantage without learning signal" in batch
+    assert "batch: sign changed on " in batch
+    assert f": 0 reversed, {int(summary['spurious_nonzero'])} invented" in batch
     assert "another sign" not in batch and "other way" not in batch
     assert not any(line.startswith("prompt:") for line in lines)  # the reference is not judged against itself
 
@@ -173,7 +173,7 @@ def test_verdicts_count_reversals_apart_from_invented_signal():
     table = rollaudit.make_table(reward=[0, 1, 1, 2, 3], prompt=[1, 1, 1, 2, 2])
     report = rollaudit.audit(table, device="cpu")
     batch = next(line for line in verdicts(report) if line.startswith("batch:"))
-    assert batch.startswith("batch: 3 samples pushed the opposite way (60.0%), 0 samples given an advantage")
+    assert batch.startswith("batch: sign changed on 60.0% of samples: 3 reversed, 0 invented")
 
 
 def test_render_inspect():
@@ -201,10 +201,10 @@ def test_narrow_terminal_hides_the_least_important_columns_and_says_so(seed_repo
     header = next(line for line in narrow.splitlines() if line.startswith("scheme"))
     headers_above = narrow.split("\nscheme")[0].splitlines()[-1]
     # Reversals and invented signal say how wrong: they are the last columns a narrow terminal loses.
-    assert "spurious" in header and "re-" in headers_above and "versed" in header
+    assert "in-" in headers_above and "vented" in header and "re-" in headers_above and "versed" in header
     tiny = text_of(render_compare(seed_report, LOAD), width=40)
     tiny_header = next(line for line in tiny.splitlines() if line.startswith("scheme"))
-    assert "spurious" in tiny_header or "versed" in tiny_header
+    assert "vented" in tiny_header or "versed" in tiny_header
 
 
 def test_a_run_of_several_steps_shows_its_trend_and_worst_steps():
