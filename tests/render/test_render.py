@@ -235,3 +235,36 @@ def test_found_counts_agree_in_number():
     assert counted(1, "padding rows left out") == "1 padding row left out"
     assert counted(1, "trajectory groups") == "1 trajectory group"
     assert counted(1234, "rows (one per LLM call)") == "1,234 rows (one per LLM call)"
+
+
+def test_a_verdict_with_nothing_compared_says_no_against():
+    """torchtitan's default dump: every scheme is not auditable, so the verdict compares nothing with the reference
+    and its title does not announce a comparison."""
+    from rollaudit._render.text import verdict_title
+    from tests.conformance.conftest import corpus
+
+    report = rollaudit.audit(rollaudit.load(corpus("torchtitan")), device="cpu")
+    assert verdicts(report) == []
+    assert verdict_title(report).endswith("which this dump cannot audit.")
+    seeded = rollaudit.audit(rollaudit.make_table(reward=[0, 1, 1, 2, 3], prompt=[1, 1, 1, 2, 2]), device="cpu")
+    assert verdict_title(seeded).endswith("Against prompt:")
+
+
+def test_a_watched_step_says_how_its_scheme_is_known():
+    from rollaudit._render.watch import step_line
+    from rollaudit._watch.records import StepPoint
+
+    record = {
+        "step": 1,
+        "samples": 4,
+        "prompts": 2,
+        "reference": "prompt",
+        "summary": {"verl-grpo": {"sign_flip_rate": 0.0, "strict_flip_rate": 0.0, "nonzero_inflation": 1.0}},
+    }
+    lines = {
+        evidence: step_line(StepPoint.of({**record, "trained_with": {"row": "verl-grpo", "evidence": evidence}}))
+        for evidence in ("framework default", "given", "recorded")
+    }
+    assert "trained verl-grpo (assumed): sign changed 0.0%" in lines["framework default"]
+    assert "trained verl-grpo (as given): " in lines["given"]
+    assert "trained verl-grpo: sign changed" in lines["recorded"]
