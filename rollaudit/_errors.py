@@ -1,7 +1,10 @@
 """The project's error types: every bad input ends in one of these.
 
 The CLI maps them to exit codes in one place (``exit_code``); anything else
-escaping a command is a bug.
+escaping a command is a bug. A reader's message names an option as the command
+line types it (``--reward-col``), once: ``rollaudit.load`` takes the keyword of
+the same name (``reward_col``). Only the options' own checks, made where each
+interface builds them, use each interface's spelling.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from types import FrameType
 
 # Characters a terminal, a browser or a diff viewer would act on rather than show: C0 and C1 controls (ANSI and
@@ -88,6 +94,13 @@ class InputError(RollauditError):
     """A dump or table that cannot be read as rollouts."""
 
 
+class ChoiceNeeded(InputError):
+    """A dump that reads only once the user makes a choice it leaves open (which key of a reward dict is the
+    reward, which column holds it): the line names the option that makes it. ``rollaudit compare`` stops on it;
+    ``rollaudit inspect`` reads the dump again with the choice left open (:func:`choices_left_open`) and says what
+    there is to choose from."""
+
+
 class SchemeError(RollauditError):
     """An unknown or malformed scheme string, or a scheme that cannot apply to a batch."""
 
@@ -105,6 +118,67 @@ class GateFailed(RollauditError):
     """A gate rule did not hold."""
 
     exit_code = 1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Choices left open: what ``inspect`` reads where ``compare`` raises ChoiceNeeded.
+
+_AMONG_SHOWN = 10
+_AMONG_KEPT = 1000  # distinct choices kept (a hostile dump's dicts may each have keys of their own)
+
+
+@dataclass
+class OpenChoice:
+    """A choice a dump leaves to the user, as ``inspect`` says it: ``found`` (what the dump holds, a ``{}`` where the
+    choices go: ``"a dict with keys {}"``), ``among`` (the choices met, as shown, in the order met) and ``option``
+    (the option that makes the choice, as typed: ``"--reward-key KEY"``), for the description's entry ``about``."""
+
+    about: str
+    found: str
+    option: str
+    among: dict[str, None] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """``a dict with keys 'score', 'acc'; compare needs --reward-key KEY``."""
+        shown = list(self.among)[:_AMONG_SHOWN]
+        more = len(self.among) - len(shown)
+        over = "over " if len(self.among) >= _AMONG_KEPT else ""
+        listed = ", ".join(shown) + (f" and {over}{more} more" if more > 0 else "") if shown else "none"
+        return f"{self.found.format(listed)}; compare needs {self.option}"
+
+
+_LEFT_OPEN: ContextVar[list[OpenChoice] | None] = ContextVar("rollaudit_choices_left_open", default=None)
+
+
+@contextmanager
+def choices_left_open() -> Iterator[list[OpenChoice]]:
+    """Within it, a loader that meets a choice the dump leaves open records it (:func:`leave_open`) and reads on
+    without it (a NaN reward) instead of raising :class:`ChoiceNeeded`; the list yielded holds the choices met,
+    once each. Only reads in this thread see it: load with one job, no cache (a cache entry would keep the NaN)."""
+    met: list[OpenChoice] = []
+    token = _LEFT_OPEN.set(met)
+    try:
+        yield met
+    finally:
+        _LEFT_OPEN.reset(token)
+
+
+def leave_open(about: str, found: str, option: str, among: Iterable[str] = ()) -> bool:
+    """Whether the load runs within :func:`choices_left_open`: then the choice is recorded (its ``among`` joined
+    to those met before for the same ``about`` and ``option``) and the loader reads on without it; otherwise the
+    loader raises :class:`ChoiceNeeded`."""
+    met = _LEFT_OPEN.get()
+    if met is None:
+        return False
+    choice = next((seen for seen in met if (seen.about, seen.option) == (about, option)), None)
+    if choice is None:
+        choice = OpenChoice(about, found, option)
+        met.append(choice)
+    for name in among:
+        if len(choice.among) >= _AMONG_KEPT:
+            break
+        choice.among.setdefault(name)
+    return True
 
 
 def exit_code(error: BaseException) -> int:

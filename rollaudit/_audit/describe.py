@@ -6,7 +6,8 @@ Arrow compute only (no torch), so ``rollaudit inspect`` stays quick on any dump.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +24,9 @@ from .._table import (
     validate_table,
 )
 from .engine.chunks import few_chunks
+
+if TYPE_CHECKING:
+    from .._errors import OpenChoice
 
 # More distinct reward values than this and the reward reads as continuous.
 _DISCRETE_LIMIT = 10
@@ -167,6 +171,25 @@ def describe(table: pa.Table) -> dict[str, Any]:
         "status": status_counts,
         "fields": fields,
     }
+
+
+def with_choices_left_open(description: dict[str, Any], choices: Sequence[OpenChoice]) -> dict[str, Any]:
+    """``description`` of a table read with choices left open (``rollaudit inspect`` on a dump that ``compare``
+    refuses until the user picks, e.g., a reward dict's key): the entry a choice leaves open says what there is to
+    choose from and the option that picks it, not the NaN the loader put in its place.
+
+    >>> from rollaudit._errors import OpenChoice
+    >>> choice = OpenChoice("reward", "a dict with keys {}", "--reward-key KEY", {"'acc'": None})
+    >>> with_choices_left_open({"reward": {"kind": "no finite reward"}}, [choice])["reward"]["kind"]
+    "a dict with keys 'acc'; compare needs --reward-key KEY"
+    """
+    for choice in choices:
+        if choice.about == REWARD:
+            description["reward"] = {"kind": choice.line(), "min": None, "mean": None, "max": None, "nonfinite": 0}
+            for column in description.get("fields", ()):
+                if column["name"] == REWARD:
+                    column["non_null"] = 0  # none was read
+    return description
 
 
 __all__ = ["describe"]

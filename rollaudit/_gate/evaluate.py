@@ -107,7 +107,8 @@ class GateResult:
             held = len(self.results) - len(unmeasured)
             return f"gate passed: {held} rule{'s' if held != 1 else ''} held{skipped}"
         names = ", ".join(result.name for result in self.failures)
-        return f"gate failed: {len(self.failures)} of {len(self.results)} rules ({names}){skipped}"
+        total = len(self.results)
+        return f"gate failed: {len(self.failures)} of {total} rule{'s' if total != 1 else ''} ({names}){skipped}"
 
     def raise_for_failures(self) -> None:
         """Raise :class:`GateFailed` (exit code 1) when a rule failed."""

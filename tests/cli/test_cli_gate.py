@@ -75,7 +75,7 @@ def test_sign_flip_bound_fails_on_fanout_with_exit_1_and_names_the_measured_rate
         "above the maximum 0.01 (1%)" in out
     )
     assert "reference: prompt; 88 samples" in out
-    assert result.stderr == "error: gate failed: 1 of 1 rules (max batch:sign_flip_rate)\n"
+    assert result.stderr == "error: gate failed: 1 of 1 rule (max batch:sign_flip_rate)\n"
     # The measured value is the independent recomputation's.
     document = gate_json(FANOUT, "--max", SIGN_FLIPS_1_PERCENT, code=1)
     measured = rule(document, "max batch:sign_flip_rate")["measured"]
@@ -553,7 +553,7 @@ def test_entry_point_exit_codes(tmp_path):
     failed = run_gate(FANOUT, "--max", SIGN_FLIPS_1_PERCENT)
     assert failed.returncode == 1, failed.stderr
     assert "0.2386 (23.86%)" in failed.stdout
-    assert failed.stderr == "error: gate failed: 1 of 1 rules (max batch:sign_flip_rate)\n"
+    assert failed.stderr == "error: gate failed: 1 of 1 rule (max batch:sign_flip_rate)\n"
     passed = run_gate(UNIFORM, "--max", SIGN_FLIPS_1_PERCENT, "--json")
     assert passed.returncode == 0, passed.stderr
     assert json.loads(passed.stdout)["passed"] is True

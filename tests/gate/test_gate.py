@@ -473,6 +473,14 @@ def test_result_exit_codes_and_gate_failed():
     assert "gate failed: 1 of 2 rules (max batch:sign_flip_rate)" in caught.value.line()
 
 
+def test_the_failed_line_counts_rules_in_good_grammar():
+    one = gate(two_prompts(), max_rules=["batch:sign_flip_rate=0"])
+    assert one.summary_line() == "gate failed: 1 of 1 rule (max batch:sign_flip_rate)"
+    rules = ["batch:sign_flip_rate=0", "batch:spurious_nonzero=0", "prompt:sign_flip_rate=0"]
+    two = gate(two_prompts(), max_rules=rules)
+    assert two.summary_line() == "gate failed: 2 of 3 rules (max batch:sign_flip_rate, max batch:spurious_nonzero)"
+
+
 def test_result_document_is_versioned_json():
     result = gate(two_prompts(), max_rules=["batch:sign_flip_rate=0.01"], expect_recorded="prompt")
     document = json.loads(to_json(result))

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
 from rollaudit._audit.fit import fit_presets
+from rollaudit._errors import ChoiceNeeded
 from rollaudit._table import CANONICAL_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -266,11 +267,11 @@ def test_a_directory_of_tables_skips_other_files(tmp_path: Path):
 # Bad input: one line, exit code 2.
 
 
-def cli_exit(path: Path, capsys) -> tuple[int, str]:
+def cli_exit(path: Path, capsys, command: str = "inspect") -> tuple[int, str]:
     from rollaudit._cli import main
 
     with pytest.raises(SystemExit) as caught:
-        main(["inspect", str(path), "--quiet"])
+        main([command, str(path), "--quiet"])
     return caught.value.code, capsys.readouterr().err
 
 
@@ -296,8 +297,38 @@ def test_bad_files_give_one_line_and_exit_2(tmp_path: Path, capsys, name: str):
     with pytest.raises(InputError) as caught:
         rollaudit.load(path)
     assert "\n" not in str(caught.value) and message in str(caught.value) and name in str(caught.value)
-    code, stderr = cli_exit(path, capsys)
+    # A table without a reward column leaves a choice to the user: inspect describes it (see below), compare stops.
+    code, stderr = cli_exit(path, capsys, "compare" if name.startswith("no_reward") else "inspect")
     assert code == 2 and stderr.count("\n") == 1 and message in stderr
+
+
+def test_a_table_without_a_reward_column_names_the_option_and_inspect_lists_its_columns(tmp_path: Path, capsys):
+    from rollaudit._cli import main
+
+    path = tmp_path / "scores.csv"
+    path.write_text("uid,acc,fmt,step,note\na,1,0.5,0,x\na,0,1,0,y\nb,1,1,0,z\nb,1,0,0,w\n")
+    with pytest.raises(ChoiceNeeded) as caught:
+        rollaudit.load(path)
+    assert caught.value.expected == "a column named reward, score, rewards, or --reward-col naming one"
+    code, stderr = cli_exit(path, capsys, "compare")
+    assert code == 2 and stderr == (
+        f"error: {path}: no reward column; columns found: 'uid', 'acc', 'fmt', 'step', 'note' (expected a column "
+        "named reward, score, rewards, or --reward-col naming one)\n"
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(["inspect", str(path), "--json", "--no-cache"])
+    document = json.loads(capsys.readouterr().out)
+    assert exited.value.code == 0 and document["samples"] == 4 and document["prompts"] == 2
+    assert document["reward"] == {
+        "kind": "no reward column (numeric columns: 'acc', 'fmt'); compare needs --reward-col COLUMN",
+        "min": None,
+        "mean": None,
+        "max": None,
+        "nonfinite": 0,
+    }
+    fields = {field["name"]: field["non_null"] for field in document["fields"]}
+    assert fields["reward"] == 0 and fields["acc"] == fields["fmt"] == fields["note"] == 4
+    assert rollaudit.load(path, reward_col="acc").column("reward").to_pylist() == [1.0, 0.0, 1.0, 1.0]
 
 
 def test_bad_parquet_files(tmp_path: Path):

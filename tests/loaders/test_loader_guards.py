@@ -134,6 +134,18 @@ def test_trl_states_its_default_with_the_group_size():
     assert trained_default(table) == "trl-group(n=4)" and "whole completion" in facts_in(table)["no_trajectory"]
 
 
+def test_the_agent_lightning_export_says_how_to_get_the_trained_rows():
+    with pytest.raises(InputError) as raised:
+        rollaudit.load(corpus("agent_lightning") / "train_trajectories.jsonl")
+    assert raised.value.expected == (
+        "the trained rows, which agent-lightning writes nowhere: save the batch "
+        "AgentLightningRayPPOTrainer._train_step computes advantages on (non_tensor_batch data_id_list, "
+        "rollout_id_list; reward = token_level_rewards summed per row) as a table of data_id, rollout_id, reward, "
+        "and run rollaudit compare TABLE --trained-with agl-rollout; or --prompt-col naming a column you added "
+        "holding data_id"
+    )
+
+
 def test_the_agent_lightning_export_is_not_keyed_by_its_own_fields():
     for key in ("prompt", "rollout_id"):
         with pytest.raises(InputError) as raised:

@@ -16,6 +16,7 @@ import torch
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
+from rollaudit._errors import ChoiceNeeded
 from rollaudit._table import CANONICAL_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,11 +103,29 @@ def test_spec_4_3_4():
     assert column(table, "prompt") == generate.SPEC_PROMPTS
 
 
+def test_a_reward_dict_left_open_reads_on_and_records_its_keys():
+    """What ``rollaudit inspect`` reads where compare needs --reward-key: the keys, no reward, no NaN warning."""
+    from rollaudit._errors import choices_left_open
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with choices_left_open() as left_open:
+            table = rollaudit.load(DUMPS / "reward_key.pt", jobs=1, cache=False)
+    assert table.num_rows == 16 and all(math.isnan(reward) for reward in column(table, "reward"))
+    assert [choice.line() for choice in left_open] == [
+        "a dict with keys 'score', 'acc', 'format'; compare needs --reward-key KEY"
+    ]
+    with pytest.raises(ChoiceNeeded):  # only within the block
+        rollaudit.load(DUMPS / "reward_key.pt", jobs=1, cache=False)
+
+
 def test_reward_key():
     path = DUMPS / "reward_key.pt"
     with pytest.raises(InputError, match=r"reward is a dict with keys 'score', 'acc', 'format'") as caught:
         rollaudit.load(path)
-    assert "reward_key" in one_line(caught.value) and "row 1" in str(caught.value)
+    assert isinstance(caught.value, ChoiceNeeded) and "row 1" in str(caught.value)
+    assert caught.value.expected == "--reward-key naming the key slime trained on (slime's own --reward-key)"
+    assert "reward_key" not in caught.value.message + caught.value.expected  # the option as typed, once
     with pytest.raises(InputError, match=r"no key 'accuracy'; its keys: 'score', 'acc', 'format'"):
         rollaudit.load(path, reward_key="accuracy")
     scores = column(rollaudit.load(path, reward_key="score"), "reward")

@@ -124,9 +124,9 @@ def test_reward_columns_and_weights():
     assert same(weighted, expected)
     by_name = column(load_quietly(SAMPLE, reward_weights={"format_reward": 0.0}), "reward")
     assert by_name[9] == 0.0 and by_name[0] == 1.0  # a weight of 0 keeps the row scorable, as in TRL
-    with pytest.raises(InputError, match=r"3 reward_weights for 2 reward columns"):
+    with pytest.raises(InputError, match=r"--reward-weights gives 3 weights for 2 reward columns"):
         rollaudit.load(SAMPLE, reward_weights=[1, 1, 1])
-    with pytest.raises(InputError, match=r"reward_weights names 'speed', not a reward column"):
+    with pytest.raises(InputError, match=r"--reward-weights names 'speed', not a reward column"):
         rollaudit.load(SAMPLE, reward_weights={"speed": 1.0})
     with pytest.raises(InputError, match=r"no reward column 'speed'; columns found: 'step', 'prompt'"):
         rollaudit.load(SAMPLE, reward_columns=["speed"])
@@ -144,7 +144,7 @@ def test_num_generations_given_wins_over_the_text_with_a_warning():
     assert column(table, "prompt") == [position // 8 for position in range(24)]
     same_as_n = load_quietly(SAMPLE, n_samples_per_prompt=4)
     assert column(same_as_n, "prompt") == [position // 4 for position in range(24)]
-    with pytest.raises(InputError, match=r"num_generations=5 does not divide the 24 rows of step 10"):
+    with pytest.raises(InputError, match=r"--num-generations 5 does not divide the 24 rows of step 10"):
         load_quietly(SAMPLE, num_generations=5)
     with pytest.raises(UsageError, match="num_generations"):
         rollaudit.load(SAMPLE, num_generations=0)

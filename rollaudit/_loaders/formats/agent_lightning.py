@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 
     from ..options import LoadOptions
 
+# agent-lightning writes its trained rows nowhere (verl's rollout_data_dir dump is not called by its trainer): they
+# are the batch its trainer computes advantages on, uid = data_id_list (agentlightning/verl/trainer.py _train_step).
+TRAINED_ROWS = (
+    "the trained rows, which agent-lightning writes nowhere: save the batch AgentLightningRayPPOTrainer._train_step "
+    "computes advantages on (non_tensor_batch data_id_list, rollout_id_list; reward = token_level_rewards summed per "
+    "row) as a table of data_id, rollout_id, reward, and run rollaudit compare TABLE --trained-with agl-rollout"
+)
 EXPORT_KEYS = frozenset({"rollout_id", "reward", "prompt", "response"})
 EXPORT_NAMES = ("train_trajectories.jsonl", "train_trajectories.jsonl.zip")
 _LINE_LIMIT = 1 << 22
@@ -84,8 +91,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
                 "has no data_id, its prompt-group key (rollout_id is an attempt, prompt the last LLM call's text)",
                 file=str(path),
                 field="data_id",
-                expected="the trained rows (data_id, rollout_id, reward), or --prompt-col naming a column you added "
-                "holding data_id",
+                expected=f"{TRAINED_ROWS}; or --prompt-col naming a column you added holding data_id",
             )
         return generic.read(path, options)
     raise InputError(
@@ -93,7 +99,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         "LLM call's, no key)",
         file=str(path),
         field="data_id",
-        expected="the trained rows (data_id, rollout_id, reward), or --prompt-col naming a column holding data_id",
+        expected=f"{TRAINED_ROWS}; or --prompt-col naming a column you added holding data_id",
     )
 
 

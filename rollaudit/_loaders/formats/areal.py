@@ -66,12 +66,11 @@ RAW_REWARD = "original_reward"
 NORMALIZED_REWARD = "rollout_normalized_reward"  # the dump's reward when the raw one is read
 NORMALIZED_NOTE = (
     "AReaL normalized rewards at rollout time (gconfig.reward_normalization): reward differs from original_reward, "
-    "and the audit reads reward, what the trainer received; reward_col='original_reward' (--reward-col "
-    "original_reward) audits the raw rewards"
+    "and the audit reads reward, what the trainer received; --reward-col original_reward audits the raw rewards"
 )
 RAW_NOTE = (
     "AReaL normalized rewards at rollout time (gconfig.reward_normalization): the audit reads original_reward, the "
-    "raw rewards, as reward_col asks; the trainer received the normalized ones (rollout_normalized_reward)"
+    "raw rewards, as --reward-col asks; the trainer received the normalized ones (rollout_normalized_reward)"
 )
 
 
@@ -154,7 +153,7 @@ def _reward_field(path: Path, options: LoadOptions) -> str:
             f"AReaL records have no reward field {name!r}; fields found: {columns.columns_found(list(first))}",
             file=str(path),
             field=name,
-            expected="reward_col (--reward-col) naming reward (what the trainer received) or original_reward (the "
+            expected="--reward-col naming reward (what the trainer received) or original_reward (the "
             "raw reward, before rollout-time normalization)",
         )
     return name
@@ -230,7 +229,7 @@ LOADER = Format(
     combine=combine,
     expand_directory=expand_directory,
     options=frozenset({"reward_col"}),
-    reads="AReaL's record keys (prompt = task_id, reward = reward, or original_reward with reward_col)",
+    reads="AReaL's record keys (prompt = task_id, reward = reward, or original_reward with --reward-col)",
     prompt="task_id",
     reward=" or ".join(REWARD_FIELDS) + " (reward_col)",
     trained_with=(DEFAULT,),

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..._errors import InputError, RollauditWarning, warn
+from ..._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
 from ..._table import PROMPT, STEP, make_table, with_found
 from ..arrow import capped, columns, json_lines, tables
 from ..base import Format
@@ -98,7 +98,7 @@ def expand_directory(directory: Path) -> list[Path] | None:
 
 @dataclass
 class _Roles:
-    reward: str
+    reward: str | None  # None: no reward column, in a load that leaves that choice open (``rollaudit inspect``)
     prompt: str | None
     trajectory: str | None
     step: str | None
@@ -110,11 +110,13 @@ class _Roles:
 
 def _roles(names: list[str], schema: pa.Schema | None, options: LoadOptions, path: Path) -> _Roles:
     reward = columns.pick_column(names, options.reward_col, REWARD_NAMES, "reward", path)
-    if reward is None:
-        raise InputError(
+    if reward is None and not leave_open(
+        "reward", "no reward column (numeric columns: {})", "--reward-col COLUMN", _reward_candidates(schema, options)
+    ):
+        raise ChoiceNeeded(
             f"no reward column; columns found: {columns.columns_found(names)}",
             file=str(path),
-            expected=f"a column named {', '.join(REWARD_NAMES)}, or reward_col (--reward-col) naming one",
+            expected=f"a column named {', '.join(REWARD_NAMES)}, or --reward-col naming one",
         )
     roles = _Roles(
         reward=reward,
@@ -135,6 +137,13 @@ def _roles(names: list[str], schema: pa.Schema | None, options: LoadOptions, pat
         if roles.mask is not None and options.mask_col is None and not columns.is_list(schema.field(roles.mask).type):
             roles.mask = None
     return roles
+
+
+def _reward_candidates(schema: pa.Schema | None, options: LoadOptions) -> list[str]:
+    """The numeric columns no other role takes by name (as shown): what ``--reward-col`` may name."""
+    given = (options.prompt_col, options.trajectory_col, options.step_col, options.advantage_col, options.mask_col)
+    roles = {*given, *PROMPT_NAMES, *TRAJECTORY_NAMES, *STEP_NAMES, *ADVANTAGE_NAMES, *MASK_NAMES, "response_length"}
+    return [repr(field.name) for field in schema or () if field.name not in roles and columns.is_number(field.type)]
 
 
 def _used(roles: _Roles) -> set[str]:
@@ -177,15 +186,18 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
     rows = table.num_rows
 
     mask = table.column(roles.mask) if roles.mask is not None else None
-    reward_column = table.column(roles.reward)
-    if columns.is_list(reward_column.type):
-        rewards = pa.array(
-            columns.sum_tokens(columns.token_lists(reward_column, mask, path, roles.reward, roles.mask or ""))
-        )
-        nulls = 0
+    if roles.reward is None:  # left open (inspect): no reward read, none to report
+        rewards = pa.array(np.full(rows, np.nan))
     else:
-        rewards, nulls = columns.missing_to_nan(columns.float_values(reward_column, path, roles.reward))
-    columns.warn_missing_rewards(path, nulls, rewards)
+        reward_column = table.column(roles.reward)
+        if columns.is_list(reward_column.type):
+            rewards = pa.array(
+                columns.sum_tokens(columns.token_lists(reward_column, mask, path, roles.reward, roles.mask or ""))
+            )
+            nulls = 0
+        else:
+            rewards, nulls = columns.missing_to_nan(columns.float_values(reward_column, path, roles.reward))
+        columns.warn_missing_rewards(path, nulls, rewards)
 
     extra: dict[str, Any] = {}
     if roles.advantage is not None:
@@ -242,7 +254,7 @@ def read_canonical(path: Path, options: LoadOptions) -> tuple[pa.Table, bool]:
         else:
             warn(
                 f"{path}: no prompt column (looked for {', '.join(PROMPT_NAMES)}); prompt keys left empty: "
-                "name one with prompt_col (--prompt-col), or give n_samples_per_prompt for consecutive groups",
+                "name one with --prompt-col, or give --n-samples-per-prompt N for consecutive groups",
                 RollauditWarning,
             )
     metadata = {_SHARED_TEXTS: str(shared).encode(), _UNVERIFIED: unverified.encode()}
@@ -262,7 +274,7 @@ def _verified_text_key(canonical: pa.Table, name: str, path: Path) -> tuple[int,
             "trainer repeats each prompt n >= 2 times)",
             file=str(path),
             field=keys[0],
-            expected=f"a prompt-key column, or prompt_col (--prompt-col) naming it; --prompt-col {name} takes the "
+            expected=f"a prompt-key column, or --prompt-col naming it; --prompt-col {name} takes the "
             "text as the key as it is",
         )
     return sum(count for _, count in verified.values()), ""
@@ -296,7 +308,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     if len(stepless) > 1:
         warn(
             f"{len(stepless)} files have no step column and no step<N> in their name ({stepless[0]}, ...): "
-            "read as one batch of step 0; name the step column with step_col (--step-col) if they are several steps",
+            "read as one batch of step 0; name the step column with --step-col if they are several steps",
             RollauditWarning,
         )
     combined = columns.in_step_order([file_table.replace_schema_metadata() for file_table in reduced])

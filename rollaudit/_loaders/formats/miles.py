@@ -506,7 +506,7 @@ LOADER = Format(
     expand_directory=expand_directory,
     options=frozenset({"reward_key", "n_samples_per_prompt"}),
     reads="miles' own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
-    "or reward[reward_key])",
+    "or reward[KEY] with --reward-key KEY)",
     prompt="group_index",
     trajectory="rollout_id, else index",
     reward="reward, or reward[reward_key]",

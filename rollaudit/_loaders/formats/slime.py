@@ -192,7 +192,9 @@ def rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
         rollout_id = fields.optional_int(sample, "rollout_id", path, position)
         trajectory.append(own_index if rollout_id is None else rollout_id)
         reward = fields.reward_of(sample, options.reward_key, path, position)
-        if not math.isfinite(reward):
+        if reward is None:  # a reward dict whose key is left open (inspect): no reward read, none to report
+            reward = math.nan
+        elif not math.isfinite(reward):
             non_finite.append(position)
         rewards.append(reward)
         # An enum from an old slime arrives as a placeholder: no status.
@@ -469,7 +471,7 @@ def check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
     if differ:
         warn(
             f"{train.path}: raw_reward differs from the rollout dump's rewards on {differ} samples "
-            "(a different reward_key, or rewards changed after the rollout?)",
+            "(a different --reward-key, or rewards changed after the rollout?)",
             RollauditWarning,
         )
 
@@ -601,7 +603,7 @@ LOADER = Format(
     expand_directory=expand_directory,
     options=frozenset({"reward_key", "n_samples_per_prompt"}),
     reads="slime's own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
-    "or reward[reward_key])",
+    "or reward[KEY] with --reward-key KEY)",
     prompt="group_index",
     framework_groups="slime main: consecutive slices of n_samples_per_prompt samples, or the whole batch where "
     "the count is not n x B (the slime-legacy preset); PRs #2204 and #2062 group by group_index",

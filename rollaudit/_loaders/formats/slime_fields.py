@@ -3,12 +3,13 @@ and names the file, the field and the sample when it is not what slime writes.""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..._errors import InputError, RollauditWarning, warn
+from ..._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
 from ..torchsave.unpickle import StoredTensor
 
 _POSITIONS_SHOWN = 5
@@ -113,19 +114,23 @@ def key_list(mapping: dict) -> str:
     return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
 
 
-def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -> float:
-    """The sample's raw reward; NaN for None (reported with the non-finite ones)."""
+def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -> float | None:
+    """The sample's raw reward; NaN for None (reported with the non-finite ones). None where the reward is a dict
+    and no reward_key picks its key, in a load that leaves that choice open (``rollaudit inspect``)."""
     if "reward" not in sample:
         raise InputError("sample has no reward", file=str(path), field="reward", row=position, expected="a reward key")
     value = sample["reward"]
     if type(value) is dict:
         if reward_key is None:
-            raise InputError(
+            keys = [shown(key) for key in itertools.islice(value, 1000)]
+            if leave_open("reward", "a dict with keys {}", "--reward-key KEY", keys):
+                return None
+            raise ChoiceNeeded(
                 f"reward is a dict with keys {key_list(value)}",
                 file=str(path),
                 field="reward",
                 row=position,
-                expected="reward_key naming the key slime trained on (its --reward-key)",
+                expected="--reward-key naming the key slime trained on (slime's own --reward-key)",
             )
         if reward_key not in value:
             raise InputError(
@@ -133,7 +138,7 @@ def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -
                 file=str(path),
                 field="reward",
                 row=position,
-                expected="reward_key naming one of the reward dict's keys",
+                expected="--reward-key naming one of the reward dict's keys",
             )
         value = value[reward_key]
     if value is None:
@@ -180,11 +185,11 @@ def prompt_keys(group_index: list[int | None], n_samples_per_prompt: int | None,
             f"no sample has a group_index: {_PROMPT_KEYS_REQUIRED}",
             file=str(path),
             field="group_index",
-            expected=f"group_index keys, or n_samples_per_prompt when every prompt has n of the {count} samples",
+            expected=f"group_index keys, or --n-samples-per-prompt N when every prompt has N of the {count} samples",
         )
     if count % n:
         raise InputError(
-            f"no sample has a group_index and {count} samples are not slices of n_samples_per_prompt={n}: "
+            f"no sample has a group_index and {count} samples are not slices of --n-samples-per-prompt {n}: "
             f"{_PROMPT_KEYS_REQUIRED}",
             file=str(path),
             field="group_index",

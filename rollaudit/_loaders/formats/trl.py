@@ -103,7 +103,7 @@ def _reward_columns(schema: pa.Schema, options: LoadOptions, used: set[str], pat
                     f"no reward column {name!r}; columns found: {columns.columns_found(names)}",
                     file=str(path),
                     field=name,
-                    expected="reward_columns naming the file's reward-function columns",
+                    expected="--reward-columns naming the file's reward-function columns",
                 )
         return given
     found = [
@@ -115,7 +115,7 @@ def _reward_columns(schema: pa.Schema, options: LoadOptions, used: set[str], pat
         raise InputError(
             f"no reward-function column; columns found: {columns.columns_found(names)}",
             file=str(path),
-            expected="TRL's numeric reward-function columns, or reward_columns naming them",
+            expected="TRL's numeric reward-function columns, or --reward-columns naming them",
         )
     return found
 
@@ -128,7 +128,7 @@ def _weights(names: list[str], options: LoadOptions, path: Path) -> np.ndarray:
         unknown = [name for name in weights if name not in names]
         if unknown:
             raise InputError(
-                f"reward_weights names {unknown[0]!r}, not a reward column; reward columns: "
+                f"--reward-weights names {unknown[0]!r}, not a reward column; reward columns: "
                 f"{columns.columns_found(names)}",
                 file=str(path),
                 expected="weights for the reward-function columns",
@@ -136,7 +136,8 @@ def _weights(names: list[str], options: LoadOptions, path: Path) -> np.ndarray:
         return np.array([float(weights.get(name, 1.0)) for name in names])
     if len(weights) != len(names):
         raise InputError(
-            f"{len(weights)} reward_weights for {len(names)} reward columns ({columns.columns_found(names)})",
+            f"--reward-weights gives {len(weights)} weights for {len(names)} reward columns "
+            f"({columns.columns_found(names)})",
             file=str(path),
             expected="one weight per reward function, in the columns' order (TRL's reward_weights)",
         )
@@ -178,15 +179,15 @@ def group_size(texts: pa.Array, given: int | None, step: int, path: Path, field:
                 file=str(path),
                 field=field,
                 row=1,
-                expected="num_generations (--num-generations) giving the group size",
+                expected="--num-generations giving the group size",
             )
     if rows % n:
-        how = f"inferred num_generations={n} (the first run of equal prompts)" if inferred else f"num_generations={n}"
+        how = f"inferred num_generations={n} (the first run of equal prompts)" if inferred else f"--num-generations {n}"
         raise InputError(
             f"{how} does not divide the {rows} rows of step {step}",
             file=str(path),
             field=field,
-            expected="rows in consecutive groups of num_generations (give num_generations if the inference is wrong)",
+            expected="rows in consecutive groups of num_generations (give --num-generations if the inference is wrong)",
         )
     return n, inferred
 
@@ -207,13 +208,13 @@ def _check_slices(texts: pa.Array, n: int, inferred: bool, path: Path, field: st
             file=str(path),
             field=field,
             row=row,
-            expected="num_generations consecutive rows per prompt (give num_generations if it is not "
+            expected="num_generations consecutive rows per prompt (give --num-generations if it is not "
             f"{n}; the groups are then taken as given)",
         )
     warn(
         f"{path}: row {row + 1}: {message}; {len(bad)} {'row differs' if len(bad) == 1 else 'rows differ'} from "
         "their group's first prompt; "
-        "groups kept as given by num_generations",
+        "groups kept as given by --num-generations",
         RollauditWarning,
     )
 
@@ -295,7 +296,7 @@ def _steps(table: pa.Table, field: str | None, path: Path) -> pa.Array:
         table.num_rows,
         field=STEP_COLUMN,
         no_step="no step column and the file name is not completions_{step}.parquet",
-        expected="TRL's step column, or step_col naming one",
+        expected="TRL's step column, or --step-col naming one",
     )
 
 
