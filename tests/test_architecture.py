@@ -61,6 +61,7 @@ ROOMS = {
         "rollaudit._version",
         "rollaudit._memory",
         "rollaudit._pandas_import",
+        "rollaudit._loaders.base",
         "rollaudit._loaders.options",
         "rollaudit._loaders.registry",
         "rollaudit._loaders.arrow",

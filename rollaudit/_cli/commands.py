@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.text import Text
 
 from .._errors import RollauditError, UsageError, visible
 from .._loaders.options import LoadOptions
@@ -232,7 +233,6 @@ def several_reports(
     if chosen == "markdown":
         return "\n".join(f"## {visible(heading)}\n\n{text}" for heading, text in rendered)
     from rich.console import Group
-    from rich.text import Text
 
     pieces: list[Any] = []
     for heading, report in rendered:
@@ -251,7 +251,7 @@ def inspect(
     load: LoadOptions = DEFAULT_LOAD,  # replaced by the LOAD group's options
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     quiet: Quiet = False,
-) -> None:
+) -> int | None:
     """What a dump holds (format, steps, counts, fields, reward type, key coverage), without recomputing.
 
     Examples:
@@ -260,30 +260,58 @@ def inspect(
       rollaudit inspect dump.pt
       rollaudit inspect export.parquet --prompt-col data_id --json
     """
+    from .._render.registry import INSPECT_RENDERERS
+
+    runs = input_runs(inputs, load)
+    names = [name for name, _ in runs]
+    documents, errors = [], []
+    for name, files in runs:
+        try:
+            description, summary = _inspect_run(files, load, quiet=quiet, run=name)
+        except RollauditError as error:
+            if name is None:
+                raise
+            errors.append((name, run_error(name, error)))
+            continue
+        if as_json and name is not None:
+            from .._render.json import inspect_document
+
+            documents.append(inspect_document(description, summary))
+            continue
+        if name is not None:
+            print_report(Text(visible(run_heading(name, names)), style="bold"))
+        rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](description, summary)
+        if isinstance(rendered, str):
+            write_text(rendered, None, quiet)
+        else:
+            print_report(rendered)
+    if as_json and names != [None]:
+        from .._render.json import dumps, runs_document
+
+        write_text(dumps(runs_document(documents, errors)), None, quiet)
+    return 2 if errors else None
+
+
+def _inspect_run(files: list[Path], load: LoadOptions, *, quiet: bool, run: str | None) -> tuple[Any, dict[str, Any]]:
+    """One run's description and what was loaded; a choice the dump leaves open (a reward dict's key, the reward
+    column), on which compare stops, is described with what there is to choose from."""
     from .._errors import ChoiceNeeded, OpenChoice, choices_left_open
 
     left_open: list[OpenChoice] = []
     try:
-        loaded = load_inputs(inputs, load, quiet=quiet)
+        loaded = load_inputs(files, load, quiet=quiet, run=run)
     except ChoiceNeeded:
-        # A choice the dump leaves to the user (a reward dict's key, the reward column), which compare stops on:
-        # read again in this process with it left open, to say what there is to choose from.
+        # Read again in this process with the choice left open, to say what there is to choose from.
         import dataclasses
 
         reread = dataclasses.replace(load, jobs=1, cache=False, engine="local", ray_address=None)
         with choices_left_open() as left_open:
-            loaded = load_inputs(inputs, reread, quiet=quiet)
+            loaded = load_inputs(files, reread, quiet=quiet, run=run)
     from rollaudit import describe
 
     from .._audit.describe import with_choices_left_open
-    from .._render.registry import INSPECT_RENDERERS
 
-    description = with_choices_left_open(describe(loaded.table), left_open)
-    rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](description, loaded.summary)
-    if isinstance(rendered, str):
-        write_text(rendered, None, quiet)
-    else:
-        print_report(rendered)
+    return with_choices_left_open(describe(loaded.table), left_open), loaded.summary
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -464,8 +492,6 @@ def _gate_runs(
 ) -> int | None:
     """The gate on each run of a directory that holds several: each run's table under a heading naming it (or one
     JSON document listing each run's); exit 2 where a run could not be read, else 1 where any run failed."""
-    from rich.text import Text
-
     from .._errors import GateFailed
     from .._gate.evaluate import run_gate
     from .._render.gate import emit_github, terminal
