@@ -87,4 +87,4 @@ def test_the_first_command_shows_a_finding_on_recorded_evidence() -> None:
     assert trained["sign_flip_rate"] > 0 and trained["spurious_nonzero"] > 0 and document["advice"]
     shown = "\n".join(lines)
     assert "Verdict: trained with batch (its recorded advantages)." in shown
-    assert f"{trained['spurious_nonzero']} samples given an advantage without" in shown
+    assert f"0 reversed, {trained['spurious_nonzero']} invented, 0 lost" in shown
