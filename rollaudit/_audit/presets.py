@@ -18,6 +18,9 @@ _PRIME_RL = "prime-rl 559b447 (PrimeIntellect-ai/prime-rl, verifiers a60a606)"
 _RLLM_UNDEFINED = "rllm drops such groups from training (min_trajs_per_group = 2)"
 # Both NeMo-RL estimators pass through calculate_baseline_and_std_per_prompt, whose trivial-set check the PR adds.
 _NEMO_FIX = "the defect NeMo-RL PR #4158 fixes"
+# NeMo-RL groups by its padded prompt-token rows, which the nemo_rl loader rebuilds as this column (a prompt its data
+# processor truncated is keyed by its whole row there, so alone); a table without it states its prompt key itself.
+_NEMO_KEY = "nemo_prompt_ids"
 # slime PR #2083 (open) adds advantage_estimator=reinforce, normalized exactly as grpo: the same presets.
 _SLIME_REINFORCE = "; advantage_estimator=grpo, or reinforce (slime PR #2083, open: normalized exactly as grpo)"
 
@@ -193,11 +196,14 @@ PRESETS: dict[str, Scheme] = {
             "nemo-loo",
             PresetNotes(
                 "leave-one-out: the baseline and std of member i leave i out, std with the n_valid/(n_valid-1) "
-                "correction; a group of at most one member gives 0; divide only where std > 0; float32 moments",
+                "correction; a group of at most one member gives 0; divide only where std > 0; float32 moments; "
+                "grouped by NeMo-RL's padded prompt-token rows where its dump gives them (a prompt its data processor "
+                "truncated: each row alone), else by the prompt",
                 "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=true), before PR #4158",
                 rounding_fix=_NEMO_FIX,
             ),
             groups="prompt",
+            framework_key=_NEMO_KEY,
             baseline="leave-one-out",
             std_guard="positive",
             std_from="moments",
@@ -206,12 +212,13 @@ PRESETS: dict[str, Scheme] = {
         _preset(
             "nemo-grpo",
             PresetNotes(
-                "NeMo-RL GRPO with the plain group mean (the row included); std, eps and the std > 0 rule as "
-                "nemo-loo; float32 moments",
+                "NeMo-RL GRPO with the plain group mean (the row included); groups, std, eps and the std > 0 rule "
+                "as nemo-loo; float32 moments",
                 "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=false), before PR #4158",
                 rounding_fix=_NEMO_FIX,
             ),
             groups="prompt",
+            framework_key=_NEMO_KEY,
             std_guard="positive",
             std_from="moments",
             dtype="float32",
@@ -225,6 +232,7 @@ PRESETS: dict[str, Scheme] = {
                 "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=true), PR #4158",
             ),
             groups="prompt",
+            framework_key=_NEMO_KEY,
             baseline="leave-one-out",
             std_guard="varied",
             std_from="moments",
@@ -238,6 +246,7 @@ PRESETS: dict[str, Scheme] = {
                 "NeMo-RL calculate_baseline_and_std_per_prompt (use_leave_one_out_baseline=false), PR #4158",
             ),
             groups="prompt",
+            framework_key=_NEMO_KEY,
             std_guard="varied",
             std_from="moments",
             dtype="float32",
@@ -575,6 +584,8 @@ def _parse_value(key: str, text: str, label: str) -> object:
     value = text.strip("'\"")
     if key == "representative" and value in ("None", "none"):
         return None  # the trajectory scheme's "no representative named", as spec_string writes it
+    if key == "framework_key" and value in ("None", "none"):
+        return ""  # no framework key: group by group_by on every table
     return value
 
 

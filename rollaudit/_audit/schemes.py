@@ -9,6 +9,7 @@ a new preset is one entry in ``presets.PRESETS``, never a new code path.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -57,6 +58,11 @@ class Scheme:
     group_by
         the column whose keys are the groups of ``groups="prompt"``: ``prompt``,
         or any key column of the table (``trajectory``, an environment ``tag``).
+    framework_key
+        a key column that a framework's own dump lets its loader rebuild, holding the key that framework itself
+        grouped by where it is not the true prompt (NeMo-RL's padded prompt-token rows, ``nemo_prompt_ids``):
+        ``groups="prompt"`` groups by it on a table that has it, by ``group_by`` on one that does not (a table
+        that states its prompt key itself); empty (``none`` in a scheme string): always ``group_by``.
     missing_keys
         a step where keys are missing, under ``groups="prompt"``: ``slices``
         (slime PR #2204: all missing, consecutive slices of ``n``; some missing,
@@ -127,6 +133,7 @@ class Scheme:
 
     groups: Groups = "prompt"
     group_by: str = "prompt"
+    framework_key: str = ""
     missing_keys: Literal["slices", "legacy"] = "slices"
     remainder: Literal["error", "unnormalized"] = "error"
     members: Literal["samples", "trajectories"] = "samples"
@@ -171,6 +178,8 @@ class Scheme:
             value = getattr(self, key)
             if not isinstance(value, str) or not value:
                 raise SchemeError(f"{label}: {key}={value!r} must name a column")
+        if not isinstance(self.framework_key, str):
+            raise SchemeError(f"{label}: framework_key={self.framework_key!r} must name a column, or be empty")
         if self.whiten == "tokens" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
             raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
         if self.std_from == "moments" and self.std_over != "group":
@@ -226,6 +235,12 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     for key, annotation in get_type_hints(Scheme).items()
     if key not in _NOT_PARAMETERS and (choices := _literal_choices(annotation)) is not None
 }
+
+
+def key_column(scheme: Scheme, columns: Collection[str]) -> str:
+    """The column whose keys are a ``groups="prompt"`` scheme's groups on a table of ``columns``: its
+    ``framework_key`` where the table has that column, else its ``group_by``."""
+    return scheme.framework_key if scheme.framework_key and scheme.framework_key in columns else scheme.group_by
 
 
 def uses_estimator(scheme: Scheme) -> bool:

@@ -20,7 +20,7 @@ import torch
 
 from ..._errors import SchemeError
 from ..._table import PROMPT
-from ..schemes import Scheme
+from ..schemes import Scheme, key_column
 from .encode import F64, Encoded, compact_codes, int64_values, sorted_codes
 from .sizing import counted_in_bins, piece_size, pieces
 
@@ -147,9 +147,9 @@ def _wide_keys_by_step(enc: Encoded, column: str) -> tuple[torch.Tensor, int] | 
     return codes.to(enc.device), count
 
 
-def _key_groups(enc: Encoded, scheme: Scheme, label: str) -> tuple[torch.Tensor, int]:
-    """One group per (step, key of the ``group_by`` column); steps with missing keys follow ``missing_keys``."""
-    column = scheme.group_by
+def _key_groups(enc: Encoded, scheme: Scheme, label: str, column: str) -> tuple[torch.Tensor, int]:
+    """One group per (step, key of ``column``: the scheme's ``key_column``); steps with missing keys follow
+    ``missing_keys``."""
     by_step = _wide_keys_by_step(enc, column)
     if by_step is not None:
         return by_step
@@ -208,8 +208,9 @@ def _legacy_minor(enc: Encoded, scheme: Scheme, label: str, column: str = PROMPT
 
 
 GroupRule = tuple[str, str, str, str, "int | None", "int | None"]
-"""What decides a scheme's groups: its ``groups``, ``group_by``, ``missing_keys``, ``remainder``, ``n`` and
-``batch_size`` (schemes equal in these share their groups, whatever their statistics)."""
+"""What decides a scheme's groups: its ``groups``, its key column (``key_column``: ``group_by``, or its
+``framework_key`` where the table has it), ``missing_keys``, ``remainder``, ``n`` and ``batch_size`` (schemes equal
+in these share their groups, whatever their statistics)."""
 
 
 class Grouping:
@@ -244,15 +245,14 @@ class GroupCache:
 def grouping_of(enc: Encoded, scheme: Scheme) -> Grouping:
     """The grouping of a scheme's ``groups`` (made once per rule and table)."""
     label = scheme.name or "scheme"
-    rule: GroupRule = (
-        scheme.groups, scheme.group_by, scheme.missing_keys, scheme.remainder, scheme.n, scheme.batch_size
-    )  # fmt: skip
+    column = key_column(scheme, enc.table.column_names)
+    rule: GroupRule = (scheme.groups, column, scheme.missing_keys, scheme.remainder, scheme.n, scheme.batch_size)
     cache = enc.derived(GroupCache)
     if rule not in cache.by_rule:
         if scheme.groups == "batch":
             result = enc.step, enc.steps
         elif scheme.groups == "prompt":
-            result = _key_groups(enc, scheme, label)
+            result = _key_groups(enc, scheme, label, column)
         elif scheme.groups == "positional":
             result = _slice_groups(enc, scheme, label)
         else:
