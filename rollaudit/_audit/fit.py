@@ -11,9 +11,10 @@ answer, or says that no preset matches.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,8 +50,20 @@ DEFAULT_RECORDED_TOLERANCE = 1e-4
 their rounding and far below any difference between two schemes on real rewards."""
 
 ROUNDING_UNITS = 2
-"""Units in the last place of a scheme's reduced dtype that a row of the fit may be off by (see ``allowed_error``)."""
-_MACHINE_EPSILON = {"float32": 2.0**-23, "bfloat16": 2.0**-7}
+"""Units in the last place of a scheme's dtype that a row of the fit may be off by (see ``rounding_error``)."""
+_MACHINE_EPSILON = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7}
+
+
+def rounding_error(dtype: str = "float64", scale: float = 1.0) -> float:
+    """The rounding of a scheme computed in ``dtype``: ``ROUNDING_UNITS`` units in the last place at the largest
+    recorded magnitude, ``ROUNDING_UNITS * eps(dtype) * scale`` (``scale``: :func:`error_scale`).
+
+    The same arithmetic summed in another order (another CPU's kernels, another instruction set) moves a value
+    by about this much: 2.4e-7 for float32 at ``|A| ~ 1``, 4.4e-16 for float64, 0.016 for bfloat16. A row of a
+    fit whose error is within it is a match at that rounding, and its error counts as 0
+    (:class:`PresetFit`), so that the same dump fits the same way on every machine.
+    """
+    return ROUNDING_UNITS * _MACHINE_EPSILON.get(dtype, 0.0) * scale
 
 
 def allowed_error(tolerance: float, scale: float, dtype: str = "float64") -> float:
@@ -58,17 +71,20 @@ def allowed_error(tolerance: float, scale: float, dtype: str = "float64") -> flo
 
     ``tolerance * scale`` for exact (float64) schemes, ``scale`` being :func:`error_scale`. A scheme that
     reproduces a framework's float32 or bfloat16 arithmetic is off where that arithmetic is not reproduced
-    bit for bit (another order of a sum): by a rounding of the dtype, ``ROUNDING_UNITS`` units in the last place
-    at the largest recorded magnitude, ``ROUNDING_UNITS * eps(dtype) * scale``, when that is the larger. So
-    float32 schemes keep the tolerance (2 * 1.2e-7 < 1e-4), bfloat16 ones get 2 * 2^-7 = 0.016 (times scale).
+    bit for bit (another order of a sum): by a rounding of the dtype, :func:`rounding_error`, when that is the
+    larger. So float32 schemes keep the tolerance (2 * 1.2e-7 < 1e-4), bfloat16 ones get 2 * 2^-7 = 0.016 (times
+    scale); a tolerance below a float64 rounding (4.4e-16) is that rounding.
     """
-    rounding = ROUNDING_UNITS * _MACHINE_EPSILON.get(dtype, 0.0)
-    return max(tolerance, rounding) * scale
+    return max(tolerance * scale, rounding_error(dtype, scale))
 
 
 class PresetFit(NamedTuple):
     """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
 
+    ``max_error`` and ``mean_error``: a row's error within the rounding of the scheme's dtype
+    (:func:`rounding_error`: 2 units in the last place at the largest recorded magnitude) counts as 0, a match at
+    that rounding. Whether a float32 scheme reproduces the trainer's float32 values bit for bit, or 1 unit in the
+    last place off, depends on the order the CPU's kernels sum in: the fit says the same of both, on any machine.
     ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
     or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
     ``allowed_error``: the error at which a row of this scheme is within tolerance (:func:`allowed_error`: it
@@ -244,8 +260,9 @@ def fit_presets(
     prompt keys, uneven slices) is left out. A row is within tolerance when
     its error is at most ``allowed_error(tolerance, error_scale(recorded), dtype)``
     (the scheme's dtype: a bfloat16 scheme is allowed a bfloat16 rounding). Ranked by the
-    share within tolerance (descending), then mean and max error; ties keep
-    the order of ``rollaudit.PRESETS``. No recorded advantage at all: ``[]``.
+    share within tolerance (descending), then mean and max error, two errors of
+    schemes of one dtype within its rounding being a tie (:func:`rounding_error`);
+    ties keep the order of ``rollaudit.PRESETS``. No recorded advantage at all: ``[]``.
 
     >>> import rollaudit
     >>> t = rollaudit.make_table(reward=[1.0, 3.0], prompt=[0, 0], recorded_advantage=[-1.0, 1.0])
@@ -373,6 +390,7 @@ def _fit_schemes(
 
     scale = error_scale(recorded)
     fitted: dict[str, tuple[PresetFit, bytes]] = {}
+    roundings: dict[str, float] = {}
     for spec in specs:
         scheme = get_scheme(spec)
         name = str(scheme)
@@ -387,6 +405,8 @@ def _fit_schemes(
             continue
         on_recorded = values.cpu().numpy()[present]
         errors = advantage_errors(recorded, on_recorded)
+        roundings[name] = rounding_error(scheme.dtype, scale)
+        errors[errors <= roundings[name]] = 0.0  # a match at the dtype's rounding
         allowed = allowed_error(tolerance, scale, scheme.dtype)
         fit = PresetFit(
             scheme=name,
@@ -399,16 +419,87 @@ def _fit_schemes(
         fitted[name] = (fit, _digest(on_recorded))
         if cells is not None:
             cells.add(name, errors, allowed)
-    # sorted() is stable: equal fits keep the order they were given in (PRESETS order for the candidates).
-    return sorted(
-        fitted.values(),
-        key=lambda item: (
-            -item[0].share_within_tolerance,
-            (tiers or {}).get(item[0].scheme, 1),
-            item[0].mean_error,
-            item[0].max_error,
-        ),
-    )
+    return _ranked(list(fitted.values()), tiers or {}, roundings)
+
+
+def _ranked(
+    fitted: list[tuple[PresetFit, bytes]], tiers: Mapping[str, int], roundings: Mapping[str, float]
+) -> list[tuple[PresetFit, bytes]]:
+    """``fitted`` (in the order the schemes were given) best first: by the share of rows within tolerance, the
+    tier (:func:`preset_tiers`), then the mean error and the max error, where two errors of schemes of one dtype
+    within its rounding (:func:`rounding_error`) are a tie, kept in the given order (PRESETS order for the
+    candidates): two float32 copies of one formula, apart by a unit in the last place on one CPU and by another
+    on the next, rank the same on both. Schemes of two dtypes rank by their errors: a float32 scheme whose errors
+    are within its rounding (0) ranks before a float64 one that misses float32 values by their rounding.
+
+    Ties chain: errors sorted ascending are one tie while each is within the rounding of the one before.
+    """
+    given = {fit.scheme: index for index, (fit, _) in enumerate(fitted)}
+
+    def near(left: float, right: float, schemes: tuple[str, str]) -> bool:
+        rounding = roundings[schemes[0]]
+        return left == right or (rounding == roundings[schemes[1]] and abs(right - left) <= rounding)
+
+    def ties(items: list[tuple[PresetFit, bytes]], error: str) -> list[list[tuple[PresetFit, bytes]]]:
+        ordered = sorted(items, key=lambda item: float(getattr(item[0], error)))
+        chained = [[ordered[0]]]
+        for item in ordered[1:]:
+            last = chained[-1][-1][0]
+            if near(getattr(last, error), getattr(item[0], error), (last.scheme, item[0].scheme)):
+                chained[-1].append(item)
+            else:
+                chained.append([item])
+        return chained
+
+    ranked: list[tuple[PresetFit, bytes]] = []
+    by_rank = sorted(fitted, key=lambda item: (-item[0].share_within_tolerance, tiers.get(item[0].scheme, 1)))
+    for _, same_rank in itertools.groupby(
+        by_rank, key=lambda item: (item[0].share_within_tolerance, tiers.get(item[0].scheme, 1))
+    ):
+        for same_mean in ties(list(same_rank), "mean_error"):
+            for same_max in ties(same_mean, "max_error"):
+                ranked += sorted(same_max, key=lambda item: given[item[0].scheme])
+    return ranked
+
+
+def _equivalent(
+    fitted: list[tuple[PresetFit, bytes]], values_of: Callable[[str], np.ndarray], scale: float
+) -> tuple[str, ...]:
+    """The fitted schemes after the first whose values on the recorded rows are the first's: the same digest, or,
+    for a scheme of the first's dtype, within that dtype's :func:`rounding_error` on every row (NaN where it is
+    NaN). Two schemes of one dtype that reach one formula by different code are bit for bit the same on one CPU
+    and a unit in the last place apart on the next: they are the same numbers on both. (A float32 scheme and a
+    float64 one are apart by float32's rounding on every CPU: only the digest makes them the same.) Only a scheme
+    whose fit is as close as that allows is compared value by value, its values and the best's made again where
+    ``values_of`` does not hold them."""
+    if not fitted:
+        return ()
+    best, best_digest = fitted[0]
+    dtype = get_scheme(best.scheme).dtype
+    rounding = rounding_error(dtype, scale)
+    best_values: np.ndarray | None = None
+    names = []
+    for fit, digest in fitted[1:]:
+        if digest == best_digest:
+            names.append(fit.scheme)
+            continue
+        # Values within ``rounding`` have errors within it, each counted as 0 within ``rounding`` of 0: fits
+        # further apart than twice that cannot be the same numbers.
+        if (
+            get_scheme(fit.scheme).dtype != dtype
+            or fit.undefined != best.undefined
+            or not all(
+                mine == theirs or abs(mine - theirs) <= 2 * rounding
+                for mine, theirs in ((fit.max_error, best.max_error), (fit.mean_error, best.mean_error))
+            )
+        ):
+            continue
+        best_values = values_of(best.scheme) if best_values is None else best_values
+        values = values_of(fit.scheme)
+        nan = np.isnan(best_values)
+        if np.array_equal(nan, np.isnan(values)) and bool(np.all(np.abs(values[~nan] - best_values[~nan]) <= rounding)):
+            names.append(fit.scheme)
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -425,8 +516,10 @@ class Detection:
         the closest scheme even when nothing matches.
     equivalent
         the other fitted schemes whose advantages equal the best fit's exactly on the recorded rows (e.g.
-        ``prompt``, ``trajectory`` and ``slime-2204`` on a table without trajectory keys or singletons):
-        the recorded values cannot tell them apart, so naming one of them is not a claim against the others.
+        ``prompt``, ``trajectory`` and ``slime-2204`` on a table without trajectory keys or singletons), or,
+        of the best fit's dtype, within its rounding (:func:`rounding_error`: the same arithmetic summed in
+        another order): the recorded values cannot tell them apart, so naming one of them is not a claim
+        against the others.
     tolerance, allowed_error, scale
         a row matches an exact (float64) scheme when its error is at most ``allowed_error = tolerance * scale``,
         ``scale`` being ``max(1, max |recorded|)``; a scheme computed in a reduced dtype may be allowed more, its
@@ -545,8 +638,16 @@ def detect_by_cells(
     fitted = _fit_schemes(encoded, present, recorded, names, tolerance, computed, unavailable, cells, tiers)
     fits = tuple(fit for fit, _ in fitted)
     matched = bool(fits) and fits[0].share_within_tolerance == 1.0
-    equivalent = tuple(fit.scheme for fit, digest in fitted[1:] if digest == fitted[0][1]) if fitted else ()
     scale = error_scale(recorded)
+
+    def values_of(name: str) -> np.ndarray:
+        from .kernel import advantages
+
+        values = computed[name] if computed is not None and name in computed else advantages(encoded, get_scheme(name))
+        on_recorded: np.ndarray = values.cpu().numpy()[present]
+        return on_recorded
+
+    equivalent = _equivalent(fitted, values_of, scale)
     detection = Detection(
         best_match=fits[0].scheme if matched else None,
         matched=matched,

@@ -130,7 +130,10 @@ def test_presets_on_the_dumped_rows_are_what_a_recomputation_gives_not_what_was_
     values = rollaudit.recompute(every_row, [preset], device="cpu").column(0).to_numpy()
     trained = rollaudit.recompute(table, [preset], device="cpu").column(0).to_numpy()
     left_out = np.array([reason is not None for reason in table.column("not_trained").to_pylist()])
-    assert np.isnan(trained[left_out]).all() and np.array_equal(trained[~left_out], values[~left_out])
+    assert np.isnan(trained[left_out]).all()
+    # The trained groups' rows in a longer table: torch may sum them in another order there (another CPU's kernels).
+    label = f"torchtitan: {preset} trained = every row's"
+    assert_matches(label, trained[~left_out], values[~left_out], tolerance=1e-12)
     column = f"tt_{PRESETS[preset]}_dumped"
     worst = assert_matches(f"torchtitan: {preset} = {column}", values, rows[column], tolerance=1e-12)
     assert worst <= 2.3e-16
