@@ -67,17 +67,12 @@ def test_every_recorded_run_one_preset_fits_keeps_one_part(run, options, scheme)
     )
 
 
-def test_nemo_rl_grpo_records_advantages_no_preset_matches_on_every_row():
-    """The 16 rows of prompts the data processor truncated are their own groups upstream, which the dump does not
-    mark: the recorded advantages are audited as they are, and nothing is named."""
+def test_nemo_rl_grpo_matches_nemo_loo_with_truncated_prompts_as_their_own_groups():
+    """The 16 rows of prompts the data processor truncated are their own groups upstream (NeMo-RL's key is the
+    padded prompt tokens): nemo-loo reproduces every recorded advantage, the reference still groups by the prompt."""
     report = audit_of("nemo_rl/grpo")
-    assert (report.trained_with.scheme, report.trained_with.evidence, report.trained_row) == (
-        None,
-        "recorded",
-        "recorded",
-    )
-    closest = report.detection.closest
-    assert closest.scheme == "nemo-loo" and report.detection.beyond_tolerance(closest) == 16
+    assert (report.trained_with.scheme, report.trained_with.evidence) == ("nemo-loo", "recorded")
+    assert report.detection.beyond_tolerance(report.detection.fit_of("nemo-loo")) == 0
 
 
 def test_nemo_rl_float32_residues_are_reproduced_and_named():

@@ -65,8 +65,9 @@ def test_shards_of_one_run_are_read_in_shard_order(tmp_path: Path):
 def test_two_runs_in_one_directory_are_named_never_merged(tmp_path: Path):
     _write(tmp_path / "a_rollouts_000000.jsonl", [_line(0, i) for i in range(2)])
     _write(tmp_path / "b_rollouts_000000.jsonl", [_line(0, i) for i in range(2)])
-    with pytest.raises(InputError, match=r"holds 2 open-instruct runs \(a, b\)"):
+    with pytest.raises(InputError, match=r"holds 2 runs \(not merged\): a \(open_instruct, .*b \(open_instruct"):
         rollaudit.load(tmp_path)
+    assert list(rollaudit.find_runs(tmp_path)) == ["a", "b"]
     with pytest.raises(InputError, match="runs are never merged"):
         rollaudit.load([tmp_path / "a_rollouts_000000.jsonl", tmp_path / "b_rollouts_000000.jsonl"])
 
