@@ -106,3 +106,39 @@ def test_pr2062_edge_vectors(case, std):
             rollaudit.recompute(table, [scheme], device="cpu")
         return
     assert_matches("slime: slime-2062 = pr2062_vectors", rollaudit.recompute(table, [scheme]).column(0), expected)
+
+
+def test_the_reward_key_is_the_one_the_train_dump_verifies(tmp_path):
+    """Step 5's rewards are dicts and no --reward-key is given: its train dump's raw_reward (the scalar slime trained
+    on) equals 'score' and no other key, so 'score' is read, and said; a raw_reward that no key (or a rollout dump
+    with no train dump) verifies is refused, naming the keys."""
+    import shutil
+
+    import torch
+
+    from rollaudit._errors import ChoiceNeeded
+    from rollaudit._table import notes_in
+
+    verified = rollaudit.load(corpus("slime"), cache=False)
+    given = rollaudit.load(corpus("slime"), reward_key="score", cache=False)
+    assert verified.column("reward").equals(given.column("reward"))
+    assert verified.column("recorded_advantage").equals(given.column("recorded_advantage"))
+    assert not [name for name in verified.column_names if name.startswith("slime.reward:")]
+    assert any("reward = reward['score'] (no --reward-key given): on step 5" in note for note in notes_in(verified))
+
+    copy = tmp_path / "slime"
+    shutil.copytree(corpus("slime"), copy)
+    train = torch.load(copy / "train_data" / "5.pt", weights_only=False)
+    rollout = rollaudit.load(copy / "rollout_data" / "5.pt", reward_key="acc", cache=False)
+    train["raw_reward"] = rollout.column("reward").to_pylist()
+    torch.save(train, copy / "train_data" / "5.pt")
+    by_acc = rollaudit.load(copy, cache=False)
+    step5 = pc.equal(by_acc.column("step"), 5)
+    assert by_acc.filter(step5).column("reward").equals(rollout.column("reward"))
+
+    train["raw_reward"] = [7.0] * len(train["raw_reward"])
+    torch.save(train, copy / "train_data" / "5.pt")
+    with pytest.raises(ChoiceNeeded, match="its train dump's raw_reward equals none of them"):
+        rollaudit.load(copy, cache=False)
+    with pytest.raises(ChoiceNeeded, match="no train dump of its step holds the raw_reward"):
+        rollaudit.load(copy / "rollout_data", cache=False)

@@ -123,7 +123,9 @@ def test_reward_key():
     path = DUMPS / "reward_key.pt"
     with pytest.raises(InputError, match=r"reward is a dict with keys 'score', 'acc', 'format'") as caught:
         rollaudit.load(path)
-    assert isinstance(caught.value, ChoiceNeeded) and "row 1" in str(caught.value)
+    assert isinstance(caught.value, ChoiceNeeded)
+    # A rollout dump alone: no train dump's raw_reward says which key slime trained on, and none is guessed.
+    assert "no train dump of its step holds the raw_reward that would say which" in caught.value.message
     assert caught.value.expected == "--reward-key naming the key slime trained on (slime's own --reward-key)"
     assert "reward_key" not in caught.value.message + caught.value.expected  # the option as typed, once
     with pytest.raises(InputError, match=r"no key 'accuracy'; its keys: 'score', 'acc', 'format'"):

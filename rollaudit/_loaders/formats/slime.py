@@ -32,6 +32,7 @@ the step lives inside each file, not in its name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import InputError, RollauditWarning, warn
+from ..._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
 from ..._table import (
     PROMPT,
     RECORDED_ADVANTAGE,
@@ -138,6 +139,8 @@ class RolloutStep:
     step: int
     split: str
     table: pa.Table
+    reward_keys: str | None = None
+    """The keys of its dict rewards, where no --reward-key picked one (the table holds each key's values)."""
 
     @cached_property
     def index(self) -> list[int | None]:
@@ -185,13 +188,18 @@ def rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
     samples = fields.samples_of(top, path)
     group_index, index, trajectory, rewards, status, response_length, remove_sample = [], [], [], [], [], [], []
     non_finite = []
+    open_rewards: dict[int, dict] = {}  # dict rewards no --reward-key picks a key of: the train dump may tell
     for position, sample in enumerate(samples):
         group_index.append(fields.optional_int(sample, "group_index", path, position))
         own_index = fields.optional_int(sample, "index", path, position)
         index.append(own_index)
         rollout_id = fields.optional_int(sample, "rollout_id", path, position)
         trajectory.append(own_index if rollout_id is None else rollout_id)
-        reward = fields.reward_of(sample, options.reward_key, path, position)
+        reward: float | None = None  # None: no reward read, none to report (chosen in combine, or left open)
+        if options.reward_key is None and type(sample.get("reward")) is dict:
+            open_rewards[position] = sample["reward"]
+        else:
+            reward = fields.reward_of(sample, options.reward_key, path, position)
         if reward is None:  # a reward dict whose key is left open (inspect): no reward read, none to report
             reward = math.nan
         elif not math.isfinite(reward):
@@ -218,7 +226,12 @@ def rollout_step(path: Path, top: dict, options: LoadOptions) -> RolloutStep:
         remove_sample=pa.array(remove_sample, pa.bool_()),
         split=pa.array([split] * count, pa.string()),
     )
-    return RolloutStep(path=path, step=step, split=split, table=table)
+    reward_keys = None
+    if open_rewards:
+        reward_keys = fields.key_list(next(iter(open_rewards.values())))
+        for key, values in fields.reward_candidates(open_rewards, rewards).items():
+            table = table.append_column(fields.REWARD_CANDIDATE + key, pa.array(values, pa.float64()))
+    return RolloutStep(path=path, step=step, split=split, table=table, reward_keys=reward_keys)
 
 
 class ElementBudget:
@@ -495,7 +508,9 @@ def check_one_kind(rollouts: list[RolloutStep]) -> None:
 
 
 # A reduced file's table says what it is in its schema metadata (kept by Parquet, so by the cache).
-_KIND, _STEP, _SPLIT, _RAW_REWARD = (b"rollaudit.slime." + name for name in (b"kind", b"step", b"split", b"raw_reward"))
+_KIND, _STEP, _SPLIT, _RAW_REWARD, _REWARD_KEYS = (
+    b"rollaudit.slime." + name for name in (b"kind", b"step", b"split", b"raw_reward", b"reward_keys")
+)
 _SAMPLE_INDEX, _ROLLOUT_POSITION = "sample_index", "rollout_position"
 
 
@@ -505,6 +520,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
     part = read_dump(path, options)
     if isinstance(part, RolloutStep):
         metadata = {_KIND: b"rollout", _STEP: str(part.step).encode(), _SPLIT: part.split.encode()}
+        if part.reward_keys is not None:
+            metadata[_REWARD_KEYS] = part.reward_keys.encode()
         return part.table.replace_schema_metadata(metadata)
     table = pa.table(
         {
@@ -522,7 +539,8 @@ def _from_reduced(path: Path, table: pa.Table) -> RolloutStep | TrainStep:
     step = int(metadata[_STEP])
     if metadata[_KIND] == b"rollout":
         split = metadata[_SPLIT].decode()
-        return RolloutStep(path=path, step=step, split=split, table=table.replace_schema_metadata())
+        keys = metadata[_REWARD_KEYS].decode() if _REWARD_KEYS in metadata else None
+        return RolloutStep(path=path, step=step, split=split, table=table.replace_schema_metadata(), reward_keys=keys)
     return TrainStep(
         path=path,
         step=step,
@@ -553,14 +571,78 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
                 file=str(parts[0].path),
                 expected="the rollout dump of every train dump's step (train dumps hold no prompt keys)",
             )
+    chosen: dict[str, int] = {}
+    for number, rollout in enumerate(rollouts):
+        if rollout.reward_keys is not None:
+            key, rollouts[number] = verified_reward_key(rollout, trains.get(rollout.step, []))
+            if key is not None:
+                chosen.setdefault(key, rollout.step)
+    if len(chosen) > 1:
+        steps = ", ".join(f"{key!r} on step {step}" for key, step in chosen.items())
+        raise ChoiceNeeded(
+            f"the train dumps' raw_reward verifies different reward keys: {steps}",
+            expected="--reward-key naming the key slime trained on (slime's own --reward-key)",
+        )
+    notes = [
+        f"reward = reward[{key!r}] (no --reward-key given): on step {step} the train dump's raw_reward equals that "
+        "key's values, and no other key's"
+        for key, step in chosen.items()
+    ]
     joined = [
         _join(rollout, trains[rollout.step]) if rollout.split == "train" and rollout.step in trains else rollout.table
         for rollout in rollouts
     ]
     label = "slime (prompt = group_index, trajectory = rollout_id, else index)"
     return [
-        with_trained_default(with_found(table, {label: found_counts(table)}), None, DEFAULT_WHY) for table in joined
+        with_trained_default(with_found(table, {label: found_counts(table)}, notes), None, DEFAULT_WHY)
+        for table in joined
     ]
+
+
+def verified_reward_key(rollout: RolloutStep, trains: list[TrainStep]) -> tuple[str | None, RolloutStep]:
+    """A rollout dump whose rewards are dicts, with no --reward-key: the key whose values equal the raw_reward its
+    train dump holds (the scalar slime trained on), and the step with that key's values as its reward. Never a
+    guess: where no train dump holds raw_reward, or none or several keys equal it, ChoiceNeeded names the keys
+    (``rollaudit inspect`` leaves the choice open and reads on with no reward)."""
+    table = rollout.table
+    columns = [name for name in table.column_names if name.startswith(fields.REWARD_CANDIDATE)]
+    raws = [train.raw_reward for train in trains if train.raw_reward is not None]
+    raws = [raw for raw in raws if len(raw) == table.num_rows]
+    matching = [
+        name for name in columns if raws and all(_same_rewards(table.column(name).to_pylist(), raw) for raw in raws)
+    ]
+    rest = table.drop_columns(columns)
+    if len(matching) == 1:
+        key = matching[0].removeprefix(fields.REWARD_CANDIDATE)
+        reward = rest.set_column(rest.column_names.index(REWARD), REWARD, table.column(matching[0]))
+        return key, dataclasses.replace(rollout, table=reward, reward_keys=None)
+    if not raws:
+        why = "no train dump of its step holds the raw_reward that would say which"
+    elif not matching:
+        why = "its train dump's raw_reward equals none of them"
+    else:
+        why = "its train dump's raw_reward equals several of them: " + ", ".join(
+            repr(name.removeprefix(fields.REWARD_CANDIDATE)) for name in matching
+        )
+    keys = rollout.reward_keys or "none"
+    if leave_open("reward", "a dict with keys {}", "--reward-key KEY", keys.split(", ")):
+        return None, dataclasses.replace(rollout, table=rest)
+    raise ChoiceNeeded(
+        f"reward is a dict with keys {keys}, and {why}",
+        file=str(rollout.path),
+        field="reward",
+        expected="--reward-key naming the key slime trained on (slime's own --reward-key)",
+    )
+
+
+def _same_rewards(ours: list[float], theirs: list[Any]) -> bool:
+    """Whether a key's rewards are the train dump's raw_reward: equal to 1e-6 (relative), NaN where it is NaN."""
+    for mine, other in zip(ours, theirs, strict=True):
+        if not isinstance(other, (int, float)) or math.isnan(mine) != math.isnan(float(other)):
+            return False
+        if not math.isnan(mine) and abs(mine - float(other)) > 1e-6 * max(1.0, abs(float(other))):
+            return False
+    return True
 
 
 def _pair_sizes(table: pa.Table) -> Any:
@@ -603,12 +685,13 @@ LOADER = Format(
     expand_directory=expand_directory,
     options=frozenset({"reward_key", "n_samples_per_prompt"}),
     reads="slime's own sample keys (prompt = group_index, trajectory = rollout_id, else index; reward = reward, "
-    "or reward[KEY] with --reward-key KEY)",
+    "or reward[KEY] with --reward-key KEY, else the key its train dump's raw_reward verifies)",
     prompt="group_index",
     framework_groups="slime main: consecutive slices of n_samples_per_prompt samples, or the whole batch where "
     "the count is not n x B (the slime-legacy preset); PRs #2204 and #2062 group by group_index",
     trajectory="rollout_id, else index",
-    reward="reward, or reward[reward_key]",
+    reward="reward, or reward[KEY]: --reward-key KEY, else the one key whose values the train dump's raw_reward "
+    "equals",
     advantage="advantages (train dumps)",
     trained_with=((None, DEFAULT_WHY),),
     step_of=step_of_dump,

@@ -114,6 +114,34 @@ def key_list(mapping: dict) -> str:
     return ", ".join(keys) + (f" and {more} more" if more > 0 else "") if keys else "none"
 
 
+REWARD_CANDIDATE = "slime.reward:"
+"""The prefix of a rollout table's columns holding each key of a dict reward, where no --reward-key picks one:
+the train dump's raw_reward tells which key slime trained on (:func:`~.slime.verified_reward_key`)."""
+_CANDIDATE_KEYS = 64
+
+
+def reward_candidates(dicts: dict[int, dict], rewards: list[float]) -> dict[str, list[float]]:
+    """Each string key of the first dict reward whose value is a number (or None) in every dict reward: its values
+    by position (NaN for None; a sample whose reward is a plain number keeps it under every key)."""
+    first = next(iter(dicts.values()))
+    keys = [key for key in itertools.islice(first, _CANDIDATE_KEYS) if type(key) is str]
+    candidates: dict[str, list[float]] = {}
+    for key in keys:
+        values = list(rewards)
+        for position, reward in dicts.items():
+            value = reward.get(key, _MISSING)
+            number = math.nan if value is None else number_of(value) if value is not _MISSING else None
+            if number is None:
+                break
+            values[position] = number
+        else:
+            candidates[key] = values
+    return candidates
+
+
+_MISSING = object()
+
+
 def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -> float | None:
     """The sample's raw reward; NaN for None (reported with the non-finite ones). None where the reward is a dict
     and no reward_key picks its key, in a load that leaves that choice open (``rollaudit inspect``)."""
