@@ -97,14 +97,15 @@ class Format:
         for name in set_reading_options(options):
             if name in self.options:
                 continue
-            flag = "--" + name.replace("_", "-")
+            flags = sorted("--" + option.replace("_", "-") for option in self.options)
             takes = (
-                f"one of the options {self.name} reads: {', '.join(sorted(self.options))}"
+                f"one of the options {self.name} reads: {', '.join(flags)}"
                 if self.options
                 else f"no reading option: {self.name} dumps name their own keys"
             )
             raise UsageError(
-                f"{name} ({flag}) is not read by {self.name} dumps: they read {self.reads or self.description}",
+                f"--{name.replace('_', '-')} is not read by {self.name} dumps: they read "
+                f"{self.reads or self.description}",
                 expected=takes,
             )
 

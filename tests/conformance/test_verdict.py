@@ -135,4 +135,4 @@ def test_runs_in_one_directory_are_never_merged():
 def test_options_a_format_does_not_read_are_refused():
     result = cli("compare", str(corpus("roll") / "agentic"), "--prompt-col", "nope")
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("error: prompt_col (--prompt-col) is not read by roll dumps")
+    assert result.stderr.strip().startswith("error: --prompt-col is not read by roll dumps")

@@ -222,7 +222,7 @@ def test_no_prompt_column(tmp_path: Path):
     table, messages = warnings_of(path)
     assert column(table, "prompt") == [None] * 4 and "no prompt column" in messages[0]
     assert column(rollaudit.load(path, n_samples_per_prompt=2), "prompt") == [0, 0, 1, 1]
-    with pytest.raises(InputError, match=r"not slices of n_samples_per_prompt=3"):
+    with pytest.raises(InputError, match=r"not slices of --n-samples-per-prompt 3"):
         rollaudit.load(path, n_samples_per_prompt=3)
 
 

@@ -565,9 +565,9 @@ def slice_prompts(table: pa.Table, n: int, path: Path) -> pa.Table:
         if count % n:
             raise InputError(
                 f"no prompt column and the {count} rows of step {int(step)} are not slices of "
-                f"n_samples_per_prompt={n}: prompt keys are required when groups are not uniformly sized",
+                f"--n-samples-per-prompt {n}: prompt keys are required when groups are not uniformly sized",
                 file=str(path),
-                expected="a prompt column (prompt_col)",
+                expected="a prompt column (--prompt-col)",
             )
     return table.set_column(table.column_names.index(PROMPT), PROMPT, pa.array(positions // n, pa.int64()))
 

@@ -250,7 +250,7 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
                     _run_pool(work, options, jobs, done, own_work)
                 except WorkersDied as died:
                     if options.jobs is not None:
-                        raise UsageError(died.message, expected="jobs=1 (--jobs 1) to read in this process") from None
+                        raise UsageError(died.message, expected="--jobs 1 to read in this process") from None
                     # Workers were our choice, not the caller's: read what is left here rather than fail.
                     warn(f"{died.message}; reading the rest in this process", RollauditWarning)
                     work = [(index, item) for index, item in work if results[index] is None]
