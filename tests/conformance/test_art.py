@@ -53,5 +53,7 @@ def test_two_art_runs_are_named_never_merged(tmp_path):
         target = tmp_path / ".art" / "p" / "models" / model / "trajectories" / "train"
         target.mkdir(parents=True)
         shutil.copy(corpus("art") / ".art" / TRAIN / "0003.parquet", target / "0003.parquet")
-    with pytest.raises(InputError, match="holds 2 ART runs"):
+    with pytest.raises(InputError, match=r"holds 2 runs \(not merged\): p/models/agent-001 \(art"):
         rollaudit.load(tmp_path)
+    assert list(rollaudit.find_runs(tmp_path)) == ["p/models/agent-001", "p/models/agent-002"]
+    assert rollaudit.load(tmp_path, run="agent-002").num_rows == rollaudit.load(tmp_path, run="agent-001").num_rows

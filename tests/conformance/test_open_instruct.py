@@ -97,9 +97,11 @@ def test_filtered_groups_are_said_absent_never_counted():
 
 def test_the_shared_rollouts_directory_names_its_runs_never_merges_them():
     for directory in (corpus("open_instruct"), corpus("open_instruct") / "rollouts"):
-        with pytest.raises(InputError, match="holds 3 open-instruct runs") as error:
+        with pytest.raises(InputError, match="holds 3 runs") as error:
             rollaudit.load(directory)
-        assert "oi_default, oi_masktrunc, oi_standard_nofilter" in str(error.value)
+        for run in ("oi_default", "oi_masktrunc", "oi_standard_nofilter"):
+            assert f"{run} (open_instruct, " in str(error.value)
+        assert list(rollaudit.find_runs(directory)) == ["oi_default", "oi_masktrunc", "oi_standard_nofilter"]
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
