@@ -260,8 +260,9 @@ def test_compare_output_file_is_written_and_stdout_stays_empty(tmp_path):
 def test_compare_reward_key_passes_through():
     error = assert_one_line_error(run("compare", REWARD_KEY))
     assert error == (
-        f"error: {REWARD_KEY}: field 'reward': row 1: reward is a dict with keys 'score', 'acc', 'format' (expected "
-        "--reward-key naming the key slime trained on (slime's own --reward-key))"
+        f"error: {REWARD_KEY}: field 'reward': reward is a dict with keys 'score', 'acc', 'format', and no train dump "
+        "of its step holds the raw_reward that would say which (expected --reward-key naming the key slime trained "
+        "on (slime's own --reward-key))"
     )
     result = run("compare", REWARD_KEY, "--reward-key", "score", "--json")
     assert result.exit_code == 0, result.stderr

@@ -240,8 +240,8 @@ def test_formats_name_shows_that_format_alone_in_every_output():
     assert "  options: n_samples_per_prompt, reward_key" in lines
     terminal = styled("formats", "slime")
     assert table_names(terminal) == ["slime"]
-    # Shown as written: rich markup would read "[reward_key]" as a style tag and drop it.
-    assert any("reward, or reward[reward_key]" in line for line in terminal)
+    # Shown as written: rich markup would read "[KEY]" as a style tag and drop it.
+    assert any("reward, or reward[KEY]" in line for line in terminal)
 
 
 def test_formats_unknown_name_is_one_line_with_the_nearest_format():
