@@ -175,6 +175,7 @@ def _verdict(report: Report) -> str:
         f"<p class='muted'>{text(trained_why(report))}</p>"
         + (f"<ul class='parts'>{by_part}</ul>" if by_part else "")
         + f"<ul>{items}</ul>"
+        + (f"<p class='muted'>{text(sign_terms_line())}</p>" if any(": sign changed on " in x for x in lines) else "")
         + (f"<p>{text(rounding)}</p>" if rounding else "")
         + (f"<p><b>What to change</b></p><ul class='advice'>{advice}</ul>" if advice else "")
         + (f"<p><b>Not auditable on this dump</b></p><ul class='notes'>{unaudited}</ul>" if unaudited else "")

@@ -51,6 +51,9 @@ def test_the_html_report_is_one_self_contained_file(tmp_path):
     assert page.count("<figure") == 3 and page.count("<svg") == 3 + 2 + 2 and "<img" not in page
     assert page.count("<table") >= 4 and "class='sortable'" in page
     assert ": 0 reversed, 21 invented, 0 lost" in page
+    # The terms are defined where the verdict first uses them, not only in the footer.
+    verdict = page[page.index("<section class='verdict") : page.index("</section>")]
+    assert "invented: 0 became + or −" in verdict
     sections = (
         "Verdict",
         "Advantages against the reference",
