@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from .._errors import RollauditError, UsageError, visible
+from .._errors import UsageError, visible
 from .._loaders.options import LoadOptions
 from .app import app
 from .io import (
     audit_status,
     check_plot_directory,
     command_seconds,
+    each_run,
     echo_line,
     echo_status,
     input_runs,
     load_inputs,
     print_report,
     refuse_several_runs,
-    run_error,
     run_heading,
     terminal_text,
     write_text,
@@ -151,35 +151,29 @@ def compare(
     boards = open_dashboards(dashboards, inputs=inputs, config=config, quiet=quiet)
     from .._render.registry import COMPARE_RENDERERS
 
-    outcomes: list[tuple[str | None, Any, dict[str, Any]]] = []
-    errors: list[tuple[str, str]] = []
-    for name, files in runs:
-        try:
-            loaded = load_inputs(files, load, quiet=quiet, audits=True, run=name)
-            table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
-            if prompt is not None:
-                rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
-            with audit_status(table.num_rows, len(names_of_schemes), quiet):
-                report = rollaudit.audit(
-                    table,
-                    schemes=names_of_schemes,
-                    reference=reference,
-                    device=device.value,
-                    keep_advantages=plot is not None or html_file is not None or prompt is not None,
-                    trained_with=trained_with,
-                )
-        except RollauditError as error:
-            if name is None:
-                raise
-            errors.append((name, run_error(name, error)))
-            continue
+    def audit_run(name: str | None, files: list[Path]) -> tuple[Any, dict[str, Any]]:
+        loaded = load_inputs(files, load, quiet=quiet, audits=True, run=name)
+        table = loaded.table if steps is None else rollaudit.select_steps(loaded.table, steps)
+        if prompt is not None:
+            rollaudit.select_prompt(table, prompt)  # a key the dump lacks is named before the audit
+        with audit_status(table.num_rows, len(names_of_schemes), quiet):
+            report = rollaudit.audit(
+                table,
+                schemes=names_of_schemes,
+                reference=reference,
+                device=device.value,
+                keep_advantages=plot is not None or html_file is not None or prompt is not None,
+                trained_with=trained_with,
+            )
         loaded.summary["command_seconds"] = command_seconds()
-        outcomes.append((name, report, loaded.summary))
+        return report, loaded.summary
 
+    outcomes, errors = each_run(runs, audit_run)
     if names != [None]:  # several runs: one report each, headed by its run
         write_text_or_report(several_reports(chosen, outcomes, errors, names, top=top), output_path, quiet)
         return 2 if errors else None
-    rendered = COMPARE_RENDERERS[chosen](report, loaded.summary, top=top)
+    ((_, (report, summary)),) = outcomes
+    rendered = COMPARE_RENDERERS[chosen](report, summary, top=top)
     if prompt is not None:
         from .._render.prompt_view import with_prompt
 
@@ -189,7 +183,7 @@ def compare(
     if html_path is not None:
         from .._render.html import render_html
 
-        write_text(render_html(report, loaded.summary, top=max(top, 10), prompt=prompt), html_path, quiet)
+        write_text(render_html(report, summary, top=max(top, 10), prompt=prompt), html_path, quiet)
     if plot_directory is not None:
         from .._render.plots import write_plots
 
@@ -213,7 +207,7 @@ def write_text_or_report(rendered: Any, output_path: Output | None, quiet: bool)
 
 def several_reports(
     chosen: str,
-    outcomes: list[tuple[str | None, Any, dict[str, Any]]],
+    outcomes: list[tuple[str | None, tuple[Any, dict[str, Any]]]],
     errors: list[tuple[str, str]],
     names: list[str | None],
     top: int,
@@ -225,19 +219,20 @@ def several_reports(
     if chosen == "json":
         from .._render.json import compare_document, dumps, runs_document
 
-        return dumps(runs_document([compare_document(report, load) for _, report, load in outcomes], errors))
-    rendered = [
-        (run_heading(name, names), COMPARE_RENDERERS[chosen](report, load, top=top))
-        for name, report, load in outcomes
-    ]
+        return dumps(runs_document([compare_document(report, load) for _, (report, load) in outcomes], errors))
+    rendered = [(name, COMPARE_RENDERERS[chosen](report, load, top=top)) for name, (report, load) in outcomes]
     if chosen == "markdown":
-        return "\n".join(f"## {visible(heading)}\n\n{text}" for heading, text in rendered)
+        return "\n".join(f"## {visible(run_heading(name, names))}\n\n{text}" for name, text in rendered)
     from rich.console import Group
 
     pieces: list[Any] = []
-    for heading, report in rendered:
-        pieces += [Text("")] * bool(pieces) + [Text(visible(heading), style="bold"), report]
+    for name, report in rendered:
+        pieces += [Text("")] * bool(pieces) + [_heading(name, names), report]
     return Group(*pieces)
+
+
+def _heading(name: str | None, names: list[str | None]) -> Text:
+    return Text(visible(run_heading(name, names)), style="bold")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -264,31 +259,21 @@ def inspect(
 
     runs = input_runs(inputs, load)
     names = [name for name, _ in runs]
-    documents, errors = [], []
-    for name, files in runs:
-        try:
-            description, summary = _inspect_run(files, load, quiet=quiet, run=name)
-        except RollauditError as error:
-            if name is None:
-                raise
-            errors.append((name, run_error(name, error)))
-            continue
-        if as_json and name is not None:
-            from .._render.json import inspect_document
+    described, errors = each_run(runs, lambda name, files: _inspect_run(files, load, quiet=quiet, run=name))
+    if as_json and names != [None]:
+        from .._render.json import dumps, inspect_document, runs_document
 
-            documents.append(inspect_document(description, summary))
-            continue
+        documents = [inspect_document(description, summary) for _, (description, summary) in described]
+        write_text(dumps(runs_document(documents, errors)), None, quiet)
+        return 2 if errors else None
+    for name, (description, summary) in described:
         if name is not None:
-            print_report(Text(visible(run_heading(name, names)), style="bold"))
+            print_report(_heading(name, names))
         rendered = INSPECT_RENDERERS["json" if as_json else "terminal"](description, summary)
         if isinstance(rendered, str):
             write_text(rendered, None, quiet)
         else:
             print_report(rendered)
-    if as_json and names != [None]:
-        from .._render.json import dumps, runs_document
-
-        write_text(dumps(runs_document(documents, errors)), None, quiet)
     return 2 if errors else None
 
 
@@ -357,10 +342,11 @@ def convert(
             expected=f"one of {', '.join(TABLE_WRITERS)}",
         )
     names = scheme_strings(schemes, []) if schemes else []
-    table = load_inputs(inputs, load, quiet=quiet, audits=bool(names)).table
-    if names:
-        import rollaudit
+    import rollaudit
 
+    files = rollaudit.expand_paths(inputs, load.run)
+    table = load_inputs(files, load, quiet=quiet, audits=bool(names)).table
+    if names:
         advantages = rollaudit.recompute(table, names, device=device.value)  # named advantage:<scheme>
         for column in advantages.column_names:
             if column in table.column_names:
@@ -425,7 +411,6 @@ def gate(
     """
     from .._gate.baseline import baseline_text
     from .._gate.config import gate_config, load_gate_config, require_rules
-    from .._gate.evaluate import run_gate
     from .._output import prepare_output
     from .._render.gate import emit_github, junit_xml, terminal, to_json
 
@@ -452,9 +437,8 @@ def gate(
     boards = open_dashboards(dashboards, inputs=inputs, config=config_items, quiet=quiet)
     if names != [None]:
         return _gate_runs(runs, config, load, device.value, as_json=as_json, quiet=quiet)
-    table = load_inputs(inputs, load, quiet=quiet, audits=True).table
-    with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
-        result = run_gate(table, config, device.value)
+    ((_, files),) = runs
+    result = _gated(files, load, config, device.value, quiet=quiet)
 
     if baseline_path is not None:
         if result.report is not None:
@@ -493,23 +477,14 @@ def _gate_runs(
     """The gate on each run of a directory that holds several: each run's table under a heading naming it (or one
     JSON document listing each run's); exit 2 where a run could not be read, else 1 where any run failed."""
     from .._errors import GateFailed
-    from .._gate.evaluate import run_gate
     from .._render.gate import emit_github, terminal
     from .._render.json import dumps, runs_document
 
     names = [name for name, _ in runs]
-    results, errors = [], []
-    for name, files in runs:
-        try:
-            table = load_inputs(files, load, quiet=quiet, audits=True, run=name).table
-            with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
-                result = run_gate(table, config, device)
-        except RollauditError as error:
-            errors.append((str(name), run_error(name, error)))
-            continue
-        results.append((name, result))
+    results, errors = each_run(runs, lambda name, files: _gated(files, load, config, device, quiet=quiet, run=name))
+    for name, result in results:
         if not as_json:
-            print_report(Text(visible(run_heading(name, names)), style="bold"))
+            print_report(_heading(name, names))
             print_report(terminal(result))
         emit_github(result, stream=sys.stderr if as_json else None)
     failed = [str(name) for name, result in results if not result.passed]
@@ -522,3 +497,14 @@ def _gate_runs(
     if failed:
         raise GateFailed(f"gate failed on {len(failed)} of {len(results)} runs ({', '.join(failed)})")
     return None
+
+
+def _gated(
+    files: list[Path], load: LoadOptions, config: Any, device: str, *, quiet: bool, run: str | None = None
+) -> Any:
+    """One run's files loaded and gated: its :class:`~rollaudit.GateResult`."""
+    from .._gate.evaluate import run_gate
+
+    table = load_inputs(files, load, quiet=quiet, audits=True, run=run).table
+    with audit_status(table.num_rows, len(config.schemes or ()) + 1, quiet):
+        return run_gate(table, config, device)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
     from .._loaders.options import LoadOptions
     from .._output import Output
+
+_Outcome = TypeVar("_Outcome")
 
 # Loads of at least this many files, or this many bytes, get a progress bar (on a terminal).
 PROGRESS_MIN_FILES = 2
@@ -138,24 +140,36 @@ def run_heading(name: str | None, names: list[str | None]) -> str:
     return f"Run {name} ({names.index(name) + 1} of {len(names)} runs)"
 
 
-def run_error(name: str | None, error: RollauditError) -> str:
-    """The error line of a run that could not be read, where the others still are: it names the run."""
-    line = f"error: run {name}: {error.line()}"
-    echo_line(line, err=True)
-    return line.removeprefix("error: ")
+def each_run(
+    runs: list[tuple[str | None, list[Path]]], read: Callable[[str | None, list[Path]], _Outcome]
+) -> tuple[list[tuple[str | None, _Outcome]], list[tuple[str, str]]]:
+    """``read(name, files)`` of each run: what it gave, by run, and the error line of each named run it could
+    not read (said on stderr at once; the other runs are still read). The error of the one unnamed run (the
+    inputs are one run) is raised, as a command's error is."""
+    outcomes: list[tuple[str | None, _Outcome]] = []
+    errors: list[tuple[str, str]] = []
+    for name, files in runs:
+        try:
+            outcomes.append((name, read(name, files)))
+        except RollauditError as error:
+            if name is None:
+                raise
+            line = f"run {name}: {error.line()}"
+            echo_line(f"error: {line}", err=True)
+            errors.append((name, line))
+    return outcomes, errors
 
 
 def load_inputs(
-    inputs: list[str] | list[Path], load: LoadOptions, *, quiet: bool, audits: bool = False, run: str | None = None
+    files: list[Path], load: LoadOptions, *, quiet: bool, audits: bool = False, run: str | None = None
 ) -> Loaded:
-    """Expand the inputs, load them with ``load`` (a progress bar when big) and say what was loaded; ``audits``:
-    the command audits the table next, and imports the audit's engine (torch) while worker processes read;
-    ``run``: the run's name, where the inputs hold several (said in what was loaded)."""
+    """Load the files of one run (:func:`input_runs`) with ``load`` (a progress bar when big) and say what was
+    loaded; ``audits``: the command audits the table next, and imports the audit's engine (torch) while worker
+    processes read; ``run``: the run's name, where the inputs hold several (said in what was loaded)."""
     import rollaudit
 
     from .._loaders.run.engine import meanwhile
 
-    files = rollaudit.expand_paths(inputs, load.run)
     sizes = [path.stat().st_size for path in files]
     started = time.perf_counter()
     with progress(files, sizes, quiet) as on_file, meanwhile(_import_audit_engine) if audits else nullcontext():
