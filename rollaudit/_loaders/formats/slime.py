@@ -479,7 +479,7 @@ def check_raw_rewards(train: TrainStep, table: pa.Table) -> None:
     differ = sum(
         1
         for ours, theirs in zip(rewards, raw, strict=True)
-        if math.isfinite(ours) and math.isfinite(theirs) and abs(ours - theirs) > 1e-6 * max(1.0, abs(theirs))
+        if math.isfinite(ours) and math.isfinite(theirs) and not fields.same_reward(ours, theirs)
     )
     if differ:
         warn(
@@ -609,7 +609,9 @@ def verified_reward_key(rollout: RolloutStep, trains: list[TrainStep]) -> tuple[
     raws = [train.raw_reward for train in trains if train.raw_reward is not None]
     raws = [raw for raw in raws if len(raw) == table.num_rows]
     matching = [
-        name for name in columns if raws and all(_same_rewards(table.column(name).to_pylist(), raw) for raw in raws)
+        name
+        for name in columns
+        if raws and all(fields.same_rewards(table.column(name).to_pylist(), raw) for raw in raws)
     ]
     rest = table.drop_columns(columns)
     if len(matching) == 1:
@@ -633,16 +635,6 @@ def verified_reward_key(rollout: RolloutStep, trains: list[TrainStep]) -> tuple[
         field="reward",
         expected="--reward-key naming the key slime trained on (slime's own --reward-key)",
     )
-
-
-def _same_rewards(ours: list[float], theirs: list[Any]) -> bool:
-    """Whether a key's rewards are the train dump's raw_reward: equal to 1e-6 (relative), NaN where it is NaN."""
-    for mine, other in zip(ours, theirs, strict=True):
-        if not isinstance(other, (int, float)) or math.isnan(mine) != math.isnan(float(other)):
-            return False
-        if not math.isnan(mine) and abs(mine - float(other)) > 1e-6 * max(1.0, abs(float(other))):
-            return False
-    return True
 
 
 def _pair_sizes(table: pa.Table) -> Any:
@@ -690,8 +682,7 @@ LOADER = Format(
     framework_groups="slime main: consecutive slices of n_samples_per_prompt samples, or the whole batch where "
     "the count is not n x B (the slime-legacy preset); PRs #2204 and #2062 group by group_index",
     trajectory="rollout_id, else index",
-    reward="reward, or reward[KEY]: --reward-key KEY, else the one key whose values the train dump's raw_reward "
-    "equals",
+    reward="reward, or reward[KEY]: --reward-key KEY, else the one key the train dump's raw_reward verifies",
     advantage="advantages (train dumps)",
     trained_with=((None, DEFAULT_WHY),),
     step_of=step_of_dump,

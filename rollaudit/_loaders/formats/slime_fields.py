@@ -118,6 +118,7 @@ REWARD_CANDIDATE = "slime.reward:"
 """The prefix of a rollout table's columns holding each key of a dict reward, where no --reward-key picks one:
 the train dump's raw_reward tells which key slime trained on (:func:`~.slime.verified_reward_key`)."""
 _CANDIDATE_KEYS = 64
+_MISSING = object()
 
 
 def reward_candidates(dicts: dict[int, dict], rewards: list[float]) -> dict[str, list[float]]:
@@ -130,8 +131,8 @@ def reward_candidates(dicts: dict[int, dict], rewards: list[float]) -> dict[str,
         values = list(rewards)
         for position, reward in dicts.items():
             value = reward.get(key, _MISSING)
-            number = math.nan if value is None else number_of(value) if value is not _MISSING else None
-            if number is None:
+            number = None if value is _MISSING else math.nan if value is None else number_of(value)
+            if number is None:  # a dict without the key, or a value that is no number: not a candidate
                 break
             values[position] = number
         else:
@@ -139,7 +140,19 @@ def reward_candidates(dicts: dict[int, dict], rewards: list[float]) -> dict[str,
     return candidates
 
 
-_MISSING = object()
+def same_rewards(ours: list[float], theirs: list[Any]) -> bool:
+    """Whether a key's rewards are the train dump's raw_reward: each :func:`same_reward`, NaN where it is NaN."""
+    for mine, other in zip(ours, theirs, strict=True):
+        if not isinstance(other, (int, float)) or math.isnan(mine) != math.isnan(float(other)):
+            return False
+        if not math.isnan(mine) and not same_reward(mine, float(other)):
+            return False
+    return True
+
+
+def same_reward(ours: float, theirs: float) -> bool:
+    """A rollout reward and the train dump's raw_reward for it: equal to 1e-6, relative past 1."""
+    return abs(ours - theirs) <= 1e-6 * max(1.0, abs(theirs))
 
 
 def reward_of(sample: dict, reward_key: str | None, path: Path, position: int) -> float | None:
