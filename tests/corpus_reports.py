@@ -81,8 +81,19 @@ def _run(*arguments: str) -> tuple[int, str, list[str]]:
 
 
 def report(path: Path, options: list[str]) -> dict[str, object]:
-    """``compare PATH --json`` in this process: its exit code, and its masked report or its error line; where it
-    reports, its terminal text and Markdown, and the gate's JSON and text on ``GATE_RULES``."""
+    """``compare PATH --json`` in this process, run in the corpus with PATH relative to it (a path the report
+    prints, wrapped at ``WIDTH``, wraps the same wherever the corpus lies): its exit code, and its masked report or
+    its error line; where it reports, its terminal text and Markdown, and the gate's JSON and text on
+    ``GATE_RULES``."""
+    before = os.getcwd()
+    os.chdir(CORPUS)
+    try:
+        return _report(Path(os.path.relpath(path, CORPUS)), options)
+    finally:
+        os.chdir(before)
+
+
+def _report(path: Path, options: list[str]) -> dict[str, object]:
     code, out, errors = _run("compare", str(path), *options, "--json")
     if code != 0:
         return {"exit": code, "error": masked("\n".join(errors))}
