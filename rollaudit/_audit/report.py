@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from .findings.finding import Finding
     from .fit import Detection
 
 SCHEMA_VERSION = 1
@@ -134,6 +135,10 @@ class Report:
     evidence (a :class:`~rollaudit._audit.trained.TrainedWith`).
     ``not_auditable``: ``{scheme: reason}`` for every scheme the dump cannot
     support; such a scheme has no row anywhere in the report.
+
+    ``findings``: the defects the dump shows (:class:`~rollaudit._audit.findings.finding.Finding`), most
+    severe first, each named by a code of ``rollaudit findings`` with its rows, groups, steps and examples;
+    ``info["findings_not_checked"]`` says why the laws could not be checked, where they could not.
     """
 
     reference: str
@@ -149,6 +154,7 @@ class Report:
     trained_with: TrainedWith = field(default_factory=lambda: TrainedWith(None, "unknown", "not audited"))
     not_auditable: dict[str, str] = field(default_factory=dict)
     distributions: Distributions | None = field(default=None, repr=False)
+    findings: list[Finding] = field(default_factory=list)
 
     # The tables as pandas DataFrames for the library's users, made on first access (the renderers read the
     # ``*_table`` columns: a command never imports pandas).
@@ -385,6 +391,7 @@ class Report:
         if self.recorded is not None:
             document["recorded"] = self.recorded
         document["trained_with"] = self.trained_with.to_dict()
+        document["findings"] = [finding.to_dict() for finding in self.findings]
         document["advice"] = self.advice
         document["not_auditable"] = dict(self.not_auditable)
         ready = json_object({key: value for key, value in document.items() if key not in _READY})

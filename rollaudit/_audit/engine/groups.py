@@ -150,6 +150,8 @@ def _wide_keys_by_step(enc: Encoded, column: str) -> tuple[torch.Tensor, int] | 
 def _key_groups(enc: Encoded, scheme: Scheme, label: str, column: str) -> tuple[torch.Tensor, int]:
     """One group per (step, key of ``column``: the scheme's ``key_column``); steps with missing keys follow
     ``missing_keys``."""
+    if column not in enc.table.column_names:
+        raise SchemeError(f"{label}: the table has no column {column!r} to group by", expected="a key column")
     by_step = _wide_keys_by_step(enc, column)
     if by_step is not None:
         return by_step

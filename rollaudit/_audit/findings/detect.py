@@ -1,0 +1,106 @@
+"""Every check on one audit: the grouping defects of the run's scheme (or, where no preset reproduces the recorded
+advantages, each defect's signature refit), the value defects, then the laws on the rows no code explains."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..presets import get_scheme
+from .codes import BY_CODE
+from .context import Rows
+from .finding import Finding
+from .laws import UNKNOWN_ESTIMATOR, broken_laws, laws_kept, laws_of_parts
+from .structure import Hit, known_grouping, search_grouping
+from .values import masked_in_baseline, misaligned, mixed_scales, near_constant, nonfinite, singleton_raw, turn_level
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..engine.encode import Encoded
+    from ..schemes import Scheme
+
+_LAW_WORDS = {
+    "law-finite": "advantages not finite on finite rewards",
+    "law-equal-rewards": "rows whose equal rewards in one group got different advantages",
+    "law-order": "rows with a higher reward than another of their group and a lower advantage",
+    "law-bound": "rows with |A| beyond the estimator's bound for their group's size",
+    "law-centred": "rows of groups whose advantages do not sum to 0",
+}
+
+
+def find(
+    enc: Encoded,
+    table: pa.Table,
+    advantage: torch.Tensor,
+    scheme: Scheme | None,
+    evidence: str,
+    full: pa.Table | None = None,
+    closest: Scheme | None = None,
+    search: bool = True,
+    fix: str | None = None,
+    present: torch.Tensor | None = None,
+    parts: list[Scheme | None] | None = None,
+) -> list[Finding]:
+    """The findings on the audited rows, most severe first.
+
+    ``advantage``: what the run trained with on each row (its recorded advantages, or its scheme's where given or
+    assumed); ``scheme``: the preset they come from, None where recorded advantages match none (``closest``: the
+    nearest fit then); ``full``: every row, the untrained ones too, where the dump has some; ``fix``: the
+    framework's own setting for a grouping defect of its scheme, where one is known; ``search``: refit the
+    defects' signatures where no preset reproduces the advantages (not where the run changed scheme midway: its
+    parts each match their own); ``parts``: the scheme of each part of such a run (None where a part matches
+    none), whose laws hold on every row where all of them keep them.
+    """
+    rows = Rows(enc, table, advantage.to(torch.float64).cpu(), scheme, evidence, full, present)
+    assert rows.present is not None
+    hits: list[Hit] = []
+    if scheme is None and search:
+        candidates = [get_scheme("prompt"), get_scheme("dr-grpo"), *([closest] if closest is not None else [])]
+        hits += misaligned(rows, candidates)
+        if not hits:
+            hits += masked_in_baseline(rows, candidates)
+        if not hits:
+            hits += search_grouping(rows)
+    elif scheme is not None:
+        hits += known_grouping(rows, scheme)
+        hits += turn_level(rows, scheme)
+        hits += mixed_scales(rows, scheme)
+    shifted = any(hit.code == "rows-misaligned" for hit in hits)
+    if not shifted:
+        hits += nonfinite(rows, scheme) + singleton_raw(rows) + near_constant(rows)
+    explained = torch.zeros(rows.rows, dtype=torch.bool)
+    for hit in hits:
+        if BY_CODE[hit.code].severity == "error":
+            explained |= hit.flagged
+    if not shifted:
+        kept = laws_kept(scheme) if scheme is not None else laws_of_parts(parts) if parts else UNKNOWN_ESTIMATOR
+        for law, broken in broken_laws(rows.reward, rows.advantage, rows.group, kept, rows.dtype).items():
+            left = broken & ~explained
+            if law == "law-finite":
+                left &= ~torch.tensor([hit.code == "nan-advantages" for hit in hits]).any()
+            if bool(left.any()):
+                hits.append(Hit(law, left, f"{int(left.sum()):,} {_LAW_WORDS[law]}", {}))
+    hits = [hit._replace(flagged=hit.flagged & rows.present) for hit in hits]
+    findings = [
+        Finding(
+            code=hit.code,
+            summary=hit.summary,
+            rows=int(hit.flagged.sum()),
+            groups=rows.groups_of(hit.flagged),
+            steps=rows.steps_of(hit.flagged),
+            examples=rows.examples(hit.flagged),
+            evidence=evidence,
+            detail=hit.detail,
+            fix=fix if hit.code in _GROUPING_CODES else None,
+        )
+        for hit in hits
+        if bool(hit.flagged.any())
+    ]
+    return sorted(findings, key=Finding.rank)
+
+
+_GROUPING_CODES = frozenset(
+    {"batch-as-group", "tail-rows-unnormalised", "straddling-slices", "key-splits-prompts", "per-trajectory-key"}
+)

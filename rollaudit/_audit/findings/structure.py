@@ -1,0 +1,267 @@
+"""The codes about groups: how the run's groups cut the true (step, prompt) groups.
+
+Where a preset reproduces the run's advantages (or the run's scheme is given or assumed), its grouping is compared
+with the true groups. Where none does, each grouping defect's signature is refit on the rows: one group per step,
+consecutive slices of n over the rows left (and what the rows after the last full slice got), groups keyed by the
+trajectory.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from ..._errors import SchemeError
+from ..._table import TRAJECTORY
+from ..schemes import Scheme
+
+if TYPE_CHECKING:
+    from .context import Rows
+
+ALMOST_ALL = 0.999
+"""The share of rows a refit signature must reproduce: all of them, but for a row a framework rounded otherwise."""
+
+
+class Hit(NamedTuple):
+    """What one check found: its code, the rows that show it, one line, and the code's own numbers."""
+
+    code: str
+    flagged: torch.Tensor
+    summary: str
+    detail: dict
+
+
+def _distinct_per(major: torch.Tensor, minor: torch.Tensor, majors: int) -> torch.Tensor:
+    """Per code of ``major``: how many distinct ``minor`` codes its rows hold."""
+    pairs = torch.unique(major * (int(minor.max()) + 1) + minor)
+    return torch.bincount(torch.div(pairs, int(minor.max()) + 1, rounding_mode="floor"), minlength=majors)
+
+
+def _contiguous(enc: object, codes: torch.Tensor, count: int) -> bool:
+    """Whether the groups are slices, not keys: each a run of consecutive rows in batch order, all of one size n
+    but for at most one per step (the last)."""
+    rank = enc.batch_rank  # type: ignore[attr-defined]
+    low = torch.full((count,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amin")
+    high = torch.full((count,), -1, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amax")
+    sizes = torch.bincount(codes, minlength=count)
+    used = sizes > 0
+    if not bool(((high - low + 1)[used] == sizes[used]).all()):
+        return False
+    _, counts = torch.unique(sizes[used], return_counts=True)
+    return int(counts.sum() - counts.max()) <= int(enc.steps)  # type: ignore[attr-defined]
+
+
+def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: int) -> list[Hit]:
+    """The run's groups (``codes``: each row's group, ``count`` codes) against the true groups."""
+    keyed = rows.group >= 0
+    if not bool(keyed.any()):
+        return []
+    run, true = codes[keyed], rows.group[keyed]
+    at = torch.nonzero(keyed).flatten()
+    prompts_in = _distinct_per(run, true, count)  # per run group: true groups in it
+    groups_of = _distinct_per(true, run, rows.groups)  # per true group: run groups it is cut into
+    merged = prompts_in.index_select(0, run) >= 2
+    split = groups_of.index_select(0, true) >= 2
+    if not bool((merged | split).any()):
+        return []
+    flagged = torch.zeros(rows.rows, dtype=torch.bool)
+    sizes = torch.bincount(codes, minlength=count)
+    step_sizes = rows.enc.step_sizes.index_select(0, rows.enc.step)
+    whole_step = merged & (sizes.index_select(0, run) == step_sizes[keyed])
+    hits = []
+    if bool(whole_step.any()):
+        flagged[at[whole_step]] = True
+        steps = rows.steps_of(flagged)
+        hits.append(
+            Hit(
+                "batch-as-group",
+                flagged.clone(),
+                f"{len(steps):,} step{'s' if len(steps) != 1 else ''} centred as one group over "
+                f"{int(prompts_in[torch.unique(run[whole_step])].sum()):,} prompts ({int(whole_step.sum()):,} rows)",
+                {"steps": list(steps)},
+            )
+        )
+        merged, split = merged & ~whole_step, split & ~whole_step
+    rest = merged | split
+    if not bool(rest.any()):
+        return hits
+    flagged = torch.zeros(rows.rows, dtype=torch.bool)
+    flagged[at[rest]] = True
+    by_trajectory = scheme.groups == "prompt" and scheme.group_by == TRAJECTORY
+    sliced = scheme.groups in ("positional", "legacy") or _contiguous(rows.enc, codes, count)
+    prompts = int(torch.unique(true[rest]).numel())
+    if by_trajectory:
+        hits.append(
+            Hit(
+                "per-trajectory-key",
+                flagged,
+                f"grouped by the trajectory: {prompts:,} prompts' samples cut into "
+                f"{int(groups_of[torch.unique(true[rest])].sum()):,} one-trajectory groups ({int(rest.sum()):,} rows)",
+                {},
+            )
+        )
+    elif sliced:
+        hits.append(
+            Hit(
+                "straddling-slices",
+                flagged,
+                f"{int(torch.unique(run[rest]).numel()):,} slices of consecutive rows straddle {prompts:,} prompts "
+                f"({int(rest.sum()):,} rows)",
+                {"n": scheme.n} if scheme.n else {},
+            )
+        )
+    else:
+        hits.append(
+            Hit(
+                "key-splits-prompts",
+                flagged,
+                f"the group key cuts {prompts:,} prompts: {int(torch.unique(true[split]).numel()):,} split over "
+                f"several groups, {int(torch.unique(run[merged]).numel()):,} groups holding several prompts "
+                f"({int(rest.sum()):,} rows)",
+                {"key": scheme.framework_key or scheme.group_by},
+            )
+        )
+    return hits
+
+
+def tail_rows(rows: Rows, scheme: Scheme, tail: torch.Tensor) -> list[Hit]:
+    """Rows after the last full slice of n that the run divided by eps (or left raw)."""
+    if not bool(tail.any()):
+        return []
+    blown = tail & (rows.reward != 0) & torch.isfinite(rows.advantage)
+    largest = float(rows.advantage[tail].abs().nan_to_num(0.0).max())
+    return [
+        Hit(
+            "tail-rows-unnormalised",
+            tail,
+            f"{int(tail.sum()):,} rows after the last full slice of n={scheme.n} got mean 0 and std 0 "
+            f"({int(blown.sum()):,} of them r / eps: |A| up to {largest:.3g})",
+            {"n": scheme.n, "eps": scheme.eps},
+        )
+    ]
+
+
+def known_grouping(rows: Rows, scheme: Scheme) -> list[Hit]:
+    """The grouping defects of the run's own scheme on these rows."""
+    from ..engine.groups import grouping_of, ungrouped_rows
+
+    try:
+        grouping = grouping_of(rows.enc, scheme)
+    except SchemeError:  # a scheme that cannot group these rows made no advantages either
+        return []
+    tail = torch.zeros(rows.rows, dtype=torch.bool)
+    ungrouped = ungrouped_rows(rows.enc, scheme)
+    if ungrouped is not None:
+        tail[ungrouped] = True
+    codes = grouping.codes if grouping.codes.numel() == rows.rows else torch.zeros(rows.rows, dtype=torch.int64)
+    hits = tail_rows(rows, scheme, tail)
+    return hits + compare_groupings(_without(rows, tail), scheme, codes, max(grouping.count, 1))
+
+
+def _without(rows: Rows, left_out: torch.Tensor) -> Rows:
+    """The rows as they are, but that ``left_out`` rows are in no true group."""
+    if not bool(left_out.any()):
+        return rows
+    view = copy.copy(rows)
+    view.group = torch.where(left_out, -1, rows.group)
+    return view
+
+
+def _batch_variants() -> list[Scheme]:
+    from ..presets import get_scheme
+
+    return [get_scheme(name) for name in ("batch", "areal-batch", "trl-batch", "roll-grpo-batch")]
+
+
+def _slice_variants(n: int) -> list[Scheme]:
+    base = Scheme(groups="positional", n=n, remainder="unnormalized", name="positional")
+    return [
+        base,
+        replace(base, eps=1e-5),
+        replace(base, scale="none"),
+        replace(base, std="population", eps=1e-8),
+        replace(base, std="population"),
+    ]
+
+
+def search_grouping(rows: Rows) -> list[Hit]:
+    """Where no preset reproduces the recorded advantages: each grouping defect's signature, refit on the rows."""
+    hits = _batch_steps(rows)
+    if hits:
+        return hits
+    hits = _slice_fits(rows)
+    if hits:
+        return hits
+    return _by_trajectory(rows)
+
+
+def _batch_steps(rows: Rows) -> list[Hit]:
+    for scheme in _batch_variants():
+        values = rows.values_of(scheme)
+        if values is None:
+            continue
+        missed = ~rows.matches(values)
+        step = rows.enc.step
+        steps = rows.enc.steps
+        missed_per_step = torch.bincount(step[missed], minlength=steps) if bool(missed.any()) else torch.zeros(steps)
+        prompts = _distinct_per(step[rows.group >= 0], rows.group[rows.group >= 0], steps) if rows.groups else None
+        if prompts is None:
+            return []
+        fitted = (missed_per_step == 0) & (prompts >= 2)
+        if bool(fitted.any()):
+            return compare_groupings(_without(rows, ~fitted.index_select(0, step)), scheme, step, steps)
+    return []
+
+
+def _candidate_sizes(rows: Rows) -> list[int]:
+    sizes = rows.group_sizes[rows.group_sizes >= 2]
+    if not sizes.numel():
+        return []
+    values, counts = torch.unique(sizes, return_counts=True)
+    ranked = values[torch.argsort(-counts, stable=True)].tolist()
+    return list(dict.fromkeys([*ranked[:2], int(sizes.max())]))
+
+
+def _slice_fits(rows: Rows) -> list[Hit]:
+    from ..engine.groups import grouping_of, ungrouped_rows
+
+    for n in _candidate_sizes(rows):
+        for scheme in _slice_variants(n):
+            values = rows.values_of(scheme)
+            if values is None:
+                continue
+            tail = torch.zeros(rows.rows, dtype=torch.bool)
+            ungrouped = ungrouped_rows(rows.enc, scheme)
+            if ungrouped is not None:
+                tail[ungrouped] = True
+            matched = rows.matches(values)
+            if rows.share(matched[~tail]) < ALMOST_ALL or rows.share(matched) < ALMOST_ALL:
+                continue
+            grouping = grouping_of(rows.enc, scheme)
+            hits = tail_rows(rows, scheme, tail)
+            hits += compare_groupings(_without(rows, tail), scheme, grouping.codes, grouping.count)
+            if hits:
+                return hits
+    return []
+
+
+def _by_trajectory(rows: Rows) -> list[Hit]:
+    if rows.enc.trajectory_count == 0 or not rows.groups:
+        return []
+    keyed = (rows.group >= 0) & (rows.enc.trajectory >= 0)
+    if not bool(keyed.any()):
+        return []
+    trajectories = _distinct_per(rows.group[keyed], rows.enc.trajectory[keyed], rows.groups)
+    if not bool((trajectories >= 2).any()):
+        return []
+    for singleton in ("zero", "raw", "nan"):
+        for scale in ("std", "none"):
+            scheme = Scheme(group_by=TRAJECTORY, singleton=singleton, scale=scale, name="per-trajectory")
+            values = rows.values_of(scheme)
+            if values is None or rows.share(rows.matches(values)) < ALMOST_ALL:
+                continue
+            return compare_groupings(rows, scheme, rows.enc.trajectory.clamp_min(0), max(rows.enc.trajectory_count, 1))
+    return []

@@ -1,0 +1,263 @@
+"""The codes about values: advantages that are not finite, one-sample groups given their reward, near-constant
+groups blown up, a column shifted against its rows, untrained rows in the baseline, trajectories counted once per
+sample, and agents of different reward scales under one baseline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..._errors import SchemeError
+from ..._table import AGENT, NOT_TRAINED, PROMPT, STEP, group_codes
+from .laws import FINITE, laws_kept
+from .structure import ALMOST_ALL, Hit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..schemes import Scheme
+    from .context import Rows
+
+SHIFTS = (1, -1, 2, -2, 3, -3)
+"""The shifts of the recorded column tried against its rows."""
+NEAR_CONSTANT_ULPS = 8
+"""Rewards within this many float32 units in the last place of each other are one value to a float32 trainer."""
+BLOWUP = 10.0
+"""A near-constant group's |A| counts as blown up beyond this many times the std-scaled bound (n-1)/sqrt(n)."""
+SCALE_RATIO = 3.0
+"""Agents whose reward spreads differ by this factor or more do not share one baseline's scale."""
+
+
+def _per_group(rows: Rows, values: torch.Tensor, reduce: str, fill: float) -> torch.Tensor:
+    keyed = rows.group >= 0
+    out = torch.full((max(rows.groups, 1),), fill, dtype=torch.float64)
+    return out.scatter_reduce_(0, rows.group[keyed], values[keyed].to(torch.float64), reduce)
+
+
+def nonfinite(rows: Rows, scheme: Scheme | None) -> list[Hit]:
+    """Advantages that are NaN or infinite where the reward is finite, unless the run's scheme leaves such rows
+    undefined by design (a group it drops from training)."""
+    if scheme is not None and FINITE not in laws_kept(scheme).laws:
+        return []
+    flagged = torch.isfinite(rows.reward) & ~torch.isfinite(rows.advantage)
+    if not bool(flagged.any()):
+        return []
+    alone = flagged & (rows.group >= 0)
+    alone[alone.clone()] = rows.group_sizes.index_select(0, rows.group[alone]) == 1
+    where = f"{int(alone.sum()):,} of them in one-sample groups" if bool(alone.any()) else "none in one-sample groups"
+    return [
+        Hit(
+            "nan-advantages",
+            flagged,
+            f"{int(flagged.sum()):,} advantages not finite on finite rewards ({where})",
+            {"in_one_sample_groups": int(alone.sum())},
+        )
+    ]
+
+
+def singleton_raw(rows: Rows) -> list[Hit]:
+    """One-sample (or one-trajectory) groups whose advantage is their reward, r or r / (1 + eps), not 0."""
+    keyed = rows.group >= 0
+    if not bool(keyed.any()):
+        return []
+    alone = torch.zeros(rows.rows, dtype=torch.bool)
+    alone[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]) == 1
+    if rows.enc.trajectory_count:
+        trajectory = rows.enc.trajectory.to(torch.float64)
+        one = _per_group(rows, trajectory, "amin", math.inf) == _per_group(rows, trajectory, "amax", -math.inf)
+        alone[keyed] |= one.index_select(0, rows.group[keyed]) & (rows.enc.trajectory[keyed] >= 0)
+    r, a = rows.reward, rows.advantage
+    raw = alone & (r != 0) & (a != 0) & ((a - r).abs() <= 1e-4 * r.abs().clamp_min(1.0))
+    if not bool(raw.any()):
+        return []
+    return [
+        Hit(
+            "singleton-raw-reward",
+            raw,
+            f"{rows.groups_of(raw):,} one-sample groups got their reward as advantage ({int(raw.sum()):,} rows)",
+            {},
+        )
+    ]
+
+
+def near_constant(rows: Rows) -> list[Hit]:
+    """Groups whose rewards are one value to a float32 trainer, with |A| far beyond what any std-scaled group of
+    their size can have."""
+    if not rows.groups:
+        return []
+    finite = torch.isfinite(rows.reward)
+    r = torch.where(finite, rows.reward, torch.nan)
+    high = _per_group(rows, torch.where(finite, r, -math.inf), "amax", -math.inf)
+    low = _per_group(rows, torch.where(finite, r, math.inf), "amin", math.inf)
+    width = NEAR_CONSTANT_ULPS * 2.0**-23 * torch.maximum(high.abs(), low.abs())
+    n = rows.group_sizes.to(torch.float64)
+    constant = (n >= 2) & ((high - low) <= width)
+    limit = BLOWUP * torch.clamp((n - 1) / n.clamp_min(1).sqrt(), min=1.0)
+    keyed = rows.group >= 0
+    flagged = torch.zeros(rows.rows, dtype=torch.bool)
+    group = rows.group[keyed]
+    flagged[keyed] = constant.index_select(0, group) & (rows.advantage[keyed].abs() > limit.index_select(0, group))
+    if not bool(flagged.any()):
+        return []
+    largest = float(rows.advantage[flagged].abs().max())
+    return [
+        Hit(
+            "near-constant-blowup",
+            flagged,
+            f"{rows.groups_of(flagged):,} groups of one reward (to float32) got |A| up to {largest:.4g} "
+            f"({int(flagged.sum()):,} rows)",
+            {"largest": largest},
+        )
+    ]
+
+
+def misaligned(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
+    """A recorded column that reproduces a scheme once shifted by k rows, and not as it stands."""
+    a = rows.advantage
+    for scheme in candidates:
+        values = rows.values_of(scheme)
+        if values is None or not bool((values.nan_to_num(0.0) != 0).any()):
+            continue
+        if rows.share(rows.matches(values)) >= 0.9:
+            return []  # it stands where it is: no shift
+        for k in SHIFTS:
+            if abs(k) >= rows.rows:
+                continue
+            shifted, expected = (a[k:], values[:-k]) if k > 0 else (a[:k], values[-k:])
+            if rows.share(rows.matches(expected, shifted)) >= ALMOST_ALL:
+                flagged = torch.ones(rows.rows, dtype=torch.bool)
+                where = "later" if k > 0 else "earlier"
+                return [
+                    Hit(
+                        "rows-misaligned",
+                        flagged,
+                        f"each advantage belongs to the row {abs(k)} {where}: shifted by {k} rows the column "
+                        f"reproduces {scheme} exactly",
+                        {"shift": k, "scheme": str(scheme)},
+                    )
+                ]
+    return []
+
+
+def _untrained_groups(full: pa.Table) -> np.ndarray:
+    """Per row of ``full``: whether its (step, prompt) group holds a row the framework never trained."""
+    import pyarrow.compute as pc
+
+    codes = group_codes(full, [STEP, PROMPT])
+    untrained = pc.is_valid(full.column(NOT_TRAINED)).to_numpy(zero_copy_only=False)
+    keyed = pc.is_valid(full.column(PROMPT)).to_numpy(zero_copy_only=False)
+    holding = np.zeros(int(codes.max()) + 1 if len(codes) else 0, dtype=bool)
+    holding[codes[untrained & keyed]] = True
+    return holding[codes] & keyed
+
+
+def masked_in_baseline(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
+    """Trained rows whose advantages reproduce a scheme computed over every row, the untrained ones too, and not
+    over the trained rows."""
+    import pyarrow.compute as pc
+
+    from ..engine.encode import encode
+    from ..kernel import advantages
+
+    full = rows.full
+    if full is None:
+        return []
+    trained = pc.is_null(full.column(NOT_TRAINED)).to_numpy(zero_copy_only=False)
+    if trained.all():
+        return []
+    holding = torch.from_numpy(_untrained_groups(full)[trained])
+    if not bool(holding.any()):
+        return []
+    everything = encode(full.drop_columns([NOT_TRAINED]), rows.enc.device)
+    for scheme in candidates:
+        on_trained = rows.values_of(scheme)
+        try:
+            with_untrained = advantages(everything, scheme).to(torch.float64)[torch.from_numpy(trained)]
+        except SchemeError:  # a scheme that cannot run on every row is no candidate
+            continue
+        if rows.share(rows.matches(with_untrained)) < ALMOST_ALL:
+            continue
+        if on_trained is not None and rows.share(rows.matches(on_trained)) >= ALMOST_ALL:
+            return []  # the untrained rows change nothing the dump can tell
+        moved = holding & ~rows.matches(on_trained) if on_trained is not None else holding
+        flagged = moved if bool(moved.any()) else holding
+        untrained = int((~trained).sum())
+        return [
+            Hit(
+                "masked-rows-in-baseline",
+                flagged,
+                f"{untrained:,} rows never trained are counted in their groups' {scheme} statistics: "
+                f"{int(flagged.sum()):,} trained rows' advantages move ({rows.groups_of(flagged):,} groups)",
+                {"scheme": str(scheme), "untrained_rows": untrained},
+            )
+        ]
+    return []
+
+
+def turn_level(rows: Rows, scheme: Scheme) -> list[Hit]:
+    """A run counting every sample of a prompt's multi-sample trajectories: how many rows counting each trajectory
+    once would change. Said of the run's own convention, never as the reference's verdict on it."""
+    if scheme.members != "samples" or scheme.groups != "prompt" or scheme.group_by != PROMPT:
+        return []
+    if rows.enc.trajectory_count == 0:
+        return []
+    once = replace(scheme, members="trajectories", representative="first", siblings="equal", name="")
+    deduplicated = rows.values_of(once)
+    own = rows.values_of(scheme)
+    if deduplicated is None or own is None:
+        return []  # siblings that differ in reward: no one reward per trajectory to count once
+    moved = ~rows.matches(deduplicated, own)
+    if not bool(moved.any()):
+        return []
+    signs = moved & (torch.sign(deduplicated) != torch.sign(own))
+    return [
+        Hit(
+            "turn-level-bias",
+            moved,
+            f"trajectories of several samples count once per sample in their prompts' statistics: counting each "
+            f"once changes {int(moved.sum()):,} rows' advantages ({int(signs.sum()):,} signs) in "
+            f"{rows.groups_of(moved):,} prompts",
+            {"rows_moved": int(moved.sum()), "signs_changed": int(signs.sum())},
+        )
+    ]
+
+
+def mixed_scales(rows: Rows, scheme: Scheme) -> list[Hit]:
+    """A baseline over agents whose rewards have different spreads (where the run's scheme keeps no per-agent
+    baseline)."""
+    if scheme.subgroups == "agent" or AGENT not in rows.table.column_names:
+        return []
+    agents = rows.table.column(AGENT)
+    if agents.null_count == len(agents):
+        return []
+    codes = torch.from_numpy(group_codes(rows.table.select([AGENT]), [AGENT]))
+    finite = torch.isfinite(rows.reward)
+    spreads = {}
+    for code in torch.unique(codes).tolist():
+        mine = (codes == code) & finite
+        if int(mine.sum()) >= 2:
+            spreads[code] = float(rows.reward[mine].std())
+    positive = [value for value in spreads.values() if value > 0]
+    if len(positive) < 2 or max(positive) < SCALE_RATIO * min(positive):
+        return []
+    keyed = rows.group >= 0
+    mixed = torch.zeros(rows.rows, dtype=torch.bool)
+    pairs = torch.unique(rows.group[keyed] * (int(codes.max()) + 1) + codes[keyed])
+    per_group = torch.bincount(torch.div(pairs, int(codes.max()) + 1, rounding_mode="floor"), minlength=rows.groups)
+    mixed[keyed] = per_group.index_select(0, rows.group[keyed]) >= 2
+    if not bool(mixed.any()):
+        return []
+    ratio = max(positive) / min(positive)
+    return [
+        Hit(
+            "mixed-reward-scales",
+            mixed,
+            f"{rows.groups_of(mixed):,} groups share one baseline across agents whose reward spreads differ "
+            f"{ratio:.3g}x ({int(mixed.sum()):,} rows)",
+            {"ratio": ratio},
+        )
+    ]
