@@ -31,12 +31,12 @@ from .._table import (
     validate_table,
 )
 from .columns import Columns
+from .findings.detect import run_findings
 from .fit import (
     DEFAULT_RECORDED_TOLERANCE,
     candidate_schemes,
     detect_by_cells,
     has_recorded,
-    recorded_mask,
     recorded_values,
 )
 from .partial import PartialGroups, partial_groups
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
     from .engine.encode import Encoded
     from .engine.tally import Tally
-    from .findings.finding import Finding
     from .fit import Detection
     from .metrics import Groups
 
@@ -442,7 +441,16 @@ def audit(
         info["rounding_residues"] = residues
     if trained.row is not None and trained.row in plan.not_auditable:
         trained = replace(trained, row=None)
-    findings = _findings(encoded, table, every_row if left_out else None, computed, trained, plan, info)
+    findings = run_findings(
+        encoded,
+        table,
+        every_row if left_out else None,
+        computed.detection,
+        computed.values,
+        trained,
+        plan.reference,
+        info,
+    )
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)
     return Report(
@@ -460,63 +468,6 @@ def audit(
         advantages=_kept_advantages(table, computed.values) if keep_advantages else None,
         distributions=computed.distributions,
         findings=findings,
-    )
-
-
-def _findings(
-    encoded: Encoded,
-    table: pa.Table,
-    every_row: pa.Table | None,
-    computed: _Computed,
-    trained: TrainedWith,
-    plan: _Plan,
-    info: dict[str, Any],
-) -> list[Finding]:
-    """The defects the run's own advantages show: its recorded ones, else its given or default scheme's; where
-    nothing says what it trained with, none, and ``info["findings_not_checked"]`` says why."""
-    import torch
-
-    from .advice import advice_for
-    from .findings.detect import find
-
-    detection = computed.detection
-    scheme = closest = present = None
-    if plan.recorded:
-        advantage = torch.from_numpy(recorded_values(table))
-        present = torch.from_numpy(recorded_mask(table))
-        if detection is not None and detection.matched and detection.best_match is not None:
-            scheme = get_scheme(detection.best_match)
-        elif detection is not None and detection.closest is not None and not trained.changed:
-            closest = get_scheme(detection.closest.scheme)
-        evidence = "recorded"
-    elif trained.scheme is not None and trained.scheme in computed.values:
-        advantage, scheme, evidence = computed.values[trained.scheme], get_scheme(trained.scheme), trained.evidence
-    else:
-        info["findings_not_checked"] = (
-            "nothing says which advantages the run trained with (no recorded advantages, no --trained-with, no "
-            "framework default)"
-            if trained.scheme is None
-            else f"the run's scheme {trained.scheme} is not auditable on this dump"
-        )
-        return []
-    fix = None
-    if scheme is not None:
-        advice = advice_for(str(scheme), plan.reference, recorded=plan.recorded, formats=info.get("formats", []))
-        fix = advice[0] if advice and not advice[0].startswith("rollaudit knows no setting") else None
-    return find(
-        encoded,
-        table,
-        advantage,
-        scheme,
-        evidence,
-        full=every_row,
-        closest=closest,
-        search=not trained.changed,
-        fix=fix,
-        present=present,
-        parts=[None if part.scheme is None else get_scheme(part.scheme) for part in trained.parts]
-        if trained.changed
-        else None,
     )
 
 

@@ -82,13 +82,14 @@ class PresetFit(NamedTuple):
     """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
 
     ``max_error`` and ``mean_error``: a row's error within the rounding of the scheme's dtype
-    (:func:`rounding_error`: 2 units in the last place at the largest recorded magnitude) counts as 0, a match at
+    (:func:`rounding_error`: 2 units in the last place at the row's recorded magnitude) counts as 0, a match at
     that rounding. Whether a float32 scheme reproduces the trainer's float32 values bit for bit, or 1 unit in the
     last place off, depends on the order the CPU's kernels sum in: the fit says the same of both, on any machine.
     ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
     or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
     ``allowed_error``: the error at which a row of this scheme is within tolerance (:func:`allowed_error`: it
-    follows the scheme's dtype); NaN where it was not given.
+    follows the scheme's dtype), at a recorded magnitude of at most 1; a larger row is allowed that much times its
+    magnitude (:func:`row_magnitudes`); NaN where it was not given.
     """
 
     scheme: str
@@ -135,6 +136,15 @@ def error_scale(recorded: np.ndarray) -> float:
     """
     finite = recorded[np.isfinite(recorded)]
     return max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+
+
+def row_magnitudes(recorded: np.ndarray) -> np.ndarray:
+    """What each row's tolerance is relative to: 1, or its recorded magnitude where that is larger (1 where it is
+    not finite)."""
+    magnitude: np.ndarray = np.abs(recorded)
+    magnitude[~np.isfinite(magnitude)] = 1.0
+    np.maximum(magnitude, 1.0, out=magnitude)
+    return magnitude
 
 
 def advantage_errors(recorded: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
@@ -258,7 +268,7 @@ def fit_presets(
     ``schemes`` defaults to :func:`candidate_schemes`. Only rows with a
     recorded advantage count; a scheme that cannot run on the table (missing
     prompt keys, uneven slices) is left out. A row is within tolerance when
-    its error is at most ``allowed_error(tolerance, error_scale(recorded), dtype)``
+    its error is at most ``allowed_error(tolerance, 1, dtype)`` times the row's ``max(1, |recorded|)``
     (the scheme's dtype: a bfloat16 scheme is allowed a bfloat16 rounding). Ranked by the
     share within tolerance (descending), then mean and max error, two errors of
     schemes of one dtype within its rounding being a tie (:func:`rounding_error`);
@@ -315,13 +325,13 @@ class _Cells:
         self.rows = np.diff(np.r_[self.starts, len(ordered)])
         self.fits = CellFits(self.cells, self.rows, {}, {}, {}, tiers)
 
-    def add(self, name: str, errors: np.ndarray, allowed: float) -> None:
+    def add(self, name: str, errors: np.ndarray, allowed: np.ndarray) -> None:
         if not len(self.starts):
             empty = np.zeros(0)
             self.fits.misses[name], self.fits.error_sum[name], self.fits.max_error[name] = empty, empty, empty
             return
         ordered = errors[self.order]
-        self.fits.misses[name] = np.add.reduceat((ordered > allowed).astype(np.int64), self.starts)
+        self.fits.misses[name] = np.add.reduceat((ordered > allowed[self.order]).astype(np.int64), self.starts)
         self.fits.error_sum[name] = np.add.reduceat(np.where(np.isfinite(ordered), ordered, 0.0), self.starts)
         self.fits.max_error[name] = np.maximum.reduceat(ordered, self.starts)
 
@@ -389,6 +399,7 @@ def _fit_schemes(
     from .kernel import advantages
 
     scale = error_scale(recorded)
+    magnitude = row_magnitudes(recorded)
     fitted: dict[str, tuple[PresetFit, bytes]] = {}
     roundings: dict[str, float] = {}
     for spec in specs:
@@ -406,19 +417,20 @@ def _fit_schemes(
         on_recorded = values.cpu().numpy()[present]
         errors = advantage_errors(recorded, on_recorded)
         roundings[name] = rounding_error(scheme.dtype, scale)
-        errors[errors <= roundings[name]] = 0.0  # a match at the dtype's rounding
-        allowed = allowed_error(tolerance, scale, scheme.dtype)
+        # Each row is held to its own magnitude: one blown-up row loosens no other row's tolerance.
+        errors[errors <= rounding_error(scheme.dtype) * magnitude] = 0.0  # a match at the dtype's rounding
+        allowed = allowed_error(tolerance, 1.0, scheme.dtype)
         fit = PresetFit(
             scheme=name,
             max_error=float(errors.max()) if errors.size else 0.0,
             mean_error=float(errors.mean()) if errors.size else 0.0,
-            share_within_tolerance=float((errors <= allowed).mean()) if errors.size else 1.0,
+            share_within_tolerance=float((errors <= allowed * magnitude).mean()) if errors.size else 1.0,
             undefined=int((np.isnan(recorded) != np.isnan(on_recorded)).sum()),
             allowed_error=allowed,
         )
         fitted[name] = (fit, _digest(on_recorded))
         if cells is not None:
-            cells.add(name, errors, allowed)
+            cells.add(name, errors, allowed * magnitude)
     return _ranked(list(fitted.values()), tiers or {}, roundings)
 
 
@@ -521,9 +533,10 @@ class Detection:
         another order): the recorded values cannot tell them apart, so naming one of them is not a claim
         against the others.
     tolerance, allowed_error, scale
-        a row matches an exact (float64) scheme when its error is at most ``allowed_error = tolerance * scale``,
-        ``scale`` being ``max(1, max |recorded|)``; a scheme computed in a reduced dtype may be allowed more, its
-        fit's own ``allowed_error`` (:meth:`allowed_for`).
+        a row matches an exact (float64) scheme when its error is at most ``allowed_error = tolerance`` times
+        ``max(1, |recorded|)`` of that row (:func:`row_magnitudes`: a blown-up row loosens no other); a scheme
+        computed in a reduced dtype may be allowed more, its fit's own ``allowed_error`` (:meth:`allowed_for`),
+        times the same magnitude. ``scale`` is 1: the tolerance is per row, never scaled to the largest value.
     rows
         rows with a recorded advantage (the others are not fitted).
     unavailable
@@ -654,10 +667,9 @@ def detect_by_cells(
         fits=fits,
         equivalent=equivalent,
         tolerance=tolerance,
-        allowed_error=tolerance * scale,
+        allowed_error=tolerance,
         rows=int(present.sum()),
         unavailable=unavailable,
-        scale=scale,
     )
     return detection, None if cells is None else cells.fits
 

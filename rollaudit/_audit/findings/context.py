@@ -36,14 +36,13 @@ class Rows:
     advantage: torch.Tensor  # float64, NaN where the run gave none
     scheme: Scheme | None  # the preset the advantages come from, where one reproduces them or is given or assumed
     evidence: str  # recorded, given or framework default
+    present: torch.Tensor  # the rows with an advantage to check (recorded ones: those recorded)
     full: pa.Table | None = None  # every row, the untrained ones too, where the dump has untrained rows
-    present: torch.Tensor | None = None  # the rows with an advantage to check (recorded ones: those recorded)
-    _values: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    row_numbers: np.ndarray | None = None  # each row's number in the table as loaded (untrained rows counted)
+    _values: dict[Scheme, torch.Tensor | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reward = self.enc.reward.cpu()
-        if self.present is None:
-            self.present = torch.ones(self.advantage.numel(), dtype=torch.bool)
         # A row without an advantage of the run's is in no check: no true group, no fit.
         self.advantage = torch.where(self.present, self.advantage, torch.nan)
         self.dtype = recorded_dtype(self.advantage) if self.evidence == "recorded" else self._scheme_dtype()
@@ -71,13 +70,12 @@ class Rows:
         """``scheme``'s advantages on the rows (made once), None where it cannot run on them."""
         from ..kernel import advantages
 
-        name = str(scheme)
-        if name not in self._values:
+        if scheme not in self._values:  # schemes equal in arithmetic (whatever their names) share their values
             try:
-                self._values[name] = advantages(self.enc, scheme).to(torch.float64)
+                self._values[scheme] = advantages(self.enc, scheme).to(torch.float64).cpu()
             except SchemeError:
-                self._values[name] = None
-        return self._values[name]
+                self._values[scheme] = None
+        return self._values[scheme]
 
     def tolerance(self, values: torch.Tensor) -> torch.Tensor:
         relative = max(FIT_TOLERANCE, relative_tolerance(self.dtype))
@@ -104,6 +102,10 @@ class Rows:
         codes = self.group[flagged]
         return int(torch.unique(codes[codes >= 0]).numel())
 
+    def _numbered(self, rows: torch.Tensor) -> np.ndarray:
+        numbers = rows.numpy()
+        return numbers if self.row_numbers is None else self.row_numbers[numbers]
+
     def examples(self, flagged: torch.Tensor) -> tuple[Example, ...]:
         """The groups with the most flagged rows, most first (then first in row order), as (step, prompt, rows)."""
         at = torch.nonzero(flagged).flatten()
@@ -124,7 +126,7 @@ class Rows:
                 Example(
                     step=int(steps[first].as_py()),
                     prompt=prompts[first].as_py(),
-                    rows=tuple(int(row) for row in rows[:EXAMPLE_ROWS].tolist()),
+                    rows=tuple(int(row) for row in self._numbered(rows[:EXAMPLE_ROWS]).tolist()),
                 )
             )
         return tuple(examples)

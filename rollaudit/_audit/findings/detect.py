@@ -3,10 +3,12 @@ advantages, each defect's signature refit), the value defects, then the laws on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from ..._table import NOT_TRAINED
 from ..presets import get_scheme
 from .codes import BY_CODE
 from .context import Rows
@@ -16,10 +18,14 @@ from .structure import Hit, known_grouping, search_grouping
 from .values import masked_in_baseline, misaligned, mixed_scales, near_constant, nonfinite, singleton_raw, turn_level
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pyarrow as pa
 
     from ..engine.encode import Encoded
+    from ..fit import Detection
     from ..schemes import Scheme
+    from ..trained import TrainedWith
 
 _LAW_WORDS = {
     "law-finite": "advantages not finite on finite rewards",
@@ -42,6 +48,7 @@ def find(
     fix: str | None = None,
     present: torch.Tensor | None = None,
     parts: list[Scheme | None] | None = None,
+    row_numbers: np.ndarray | None = None,
 ) -> list[Finding]:
     """The findings on the audited rows, most severe first.
 
@@ -51,10 +58,11 @@ def find(
     framework's own setting for a grouping defect of its scheme, where one is known; ``search``: refit the
     defects' signatures where no preset reproduces the advantages (not where the run changed scheme midway: its
     parts each match their own); ``parts``: the scheme of each part of such a run (None where a part matches
-    none), whose laws hold on every row where all of them keep them.
+    none), whose laws hold on every row where all of them keep them; ``row_numbers``: each audited row's number in
+    the table as loaded, where untrained rows were left out of the audit (the examples name rows by it).
     """
-    rows = Rows(enc, table, advantage.to(torch.float64).cpu(), scheme, evidence, full, present)
-    assert rows.present is not None
+    present = torch.ones(int(enc.rows), dtype=torch.bool) if present is None else present
+    rows = Rows(enc, table, advantage.to(torch.float64).cpu(), scheme, evidence, present, full, row_numbers)
     hits: list[Hit] = []
     if scheme is None and search:
         candidates = [get_scheme("prompt"), get_scheme("dr-grpo"), *([closest] if closest is not None else [])]
@@ -62,7 +70,7 @@ def find(
         if not hits:
             hits += masked_in_baseline(rows, candidates)
         if not hits:
-            hits += search_grouping(rows)
+            hits += search_grouping(rows, candidates)
     elif scheme is not None:
         hits += known_grouping(rows, scheme)
         hits += turn_level(rows, scheme)
@@ -104,3 +112,67 @@ def find(
 _GROUPING_CODES = frozenset(
     {"batch-as-group", "tail-rows-unnormalised", "straddling-slices", "key-splits-prompts", "per-trajectory-key"}
 )
+
+
+def run_findings(
+    encoded: Encoded,
+    table: pa.Table,
+    every_row: pa.Table | None,
+    detection: Detection | None,
+    computed: Mapping[str, torch.Tensor],
+    trained: TrainedWith,
+    reference: str,
+    info: dict[str, Any],
+) -> list[Finding]:
+    """The findings of one audit: on the run's recorded advantages (``detection`` says which preset they match),
+    else on its given or default scheme's (``computed``, by scheme string); where nothing says what it trained
+    with, none, and ``info["findings_not_checked"]`` says why. ``every_row``: the table with its untrained rows,
+    where it has some."""
+    import pyarrow.compute as pc
+
+    from ..advice import advice_for
+    from ..fit import has_recorded, recorded_mask, recorded_values
+
+    scheme = closest = present = None
+    if has_recorded(table):
+        advantage = torch.from_numpy(recorded_values(table))
+        present = torch.from_numpy(recorded_mask(table))
+        if detection is not None and detection.matched and detection.best_match is not None:
+            scheme = get_scheme(detection.best_match)
+        elif detection is not None and detection.closest is not None and not trained.changed:
+            closest = get_scheme(detection.closest.scheme)
+        evidence = "recorded"
+    elif trained.scheme is not None and trained.scheme in computed:
+        advantage, scheme, evidence = computed[trained.scheme], get_scheme(trained.scheme), trained.evidence
+    else:
+        info["findings_not_checked"] = (
+            "nothing says which advantages the run trained with (no recorded advantages, no --trained-with, no "
+            "framework default)"
+            if trained.scheme is None
+            else f"the run's scheme {trained.scheme} is not auditable on this dump"
+        )
+        return []
+    fix = None
+    if scheme is not None:
+        advice = advice_for(str(scheme), reference, recorded=evidence == "recorded", formats=info.get("formats", []))
+        fix = advice[0] if advice and not advice[0].startswith("rollaudit knows no setting") else None
+    row_numbers = None
+    if every_row is not None:
+        trained_rows = pc.is_null(every_row.column(NOT_TRAINED)).to_numpy(zero_copy_only=False)
+        row_numbers = np.flatnonzero(trained_rows)
+    return find(
+        encoded,
+        table,
+        advantage,
+        scheme,
+        evidence,
+        full=every_row,
+        closest=closest,
+        search=not trained.changed,
+        fix=fix,
+        present=present,
+        parts=[None if part.scheme is None else get_scheme(part.scheme) for part in trained.parts]
+        if trained.changed
+        else None,
+        row_numbers=row_numbers,
+    )

@@ -12,6 +12,7 @@ import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import torch
 
 from ..._errors import SchemeError
@@ -173,11 +174,11 @@ def _without(rows: Rows, left_out: torch.Tensor) -> Rows:
 def _batch_variants() -> list[Scheme]:
     from ..presets import get_scheme
 
-    return [get_scheme(name) for name in ("batch", "areal-batch", "trl-batch", "roll-grpo-batch")]
+    return [get_scheme(name) for name in ("batch", "areal-batch", "roll-grpo-batch")]
 
 
 def _slice_variants(n: int) -> list[Scheme]:
-    base = Scheme(groups="positional", n=n, remainder="unnormalized", name="positional")
+    base = Scheme(groups="positional", n=n, remainder="unnormalized")
     return [
         base,
         replace(base, eps=1e-5),
@@ -187,15 +188,13 @@ def _slice_variants(n: int) -> list[Scheme]:
     ]
 
 
-def search_grouping(rows: Rows) -> list[Hit]:
+def search_grouping(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
     """Where no preset reproduces the recorded advantages: each grouping defect's signature, refit on the rows."""
-    hits = _batch_steps(rows)
-    if hits:
-        return hits
-    hits = _slice_fits(rows)
-    if hits:
-        return hits
-    return _by_trajectory(rows)
+    for search in (_batch_steps, _slice_fits, _by_trajectory):
+        hits = search(rows)
+        if hits:
+            return hits
+    return key_fits(rows, candidates)
 
 
 def _batch_steps(rows: Rows) -> list[Hit]:
@@ -259,9 +258,145 @@ def _by_trajectory(rows: Rows) -> list[Hit]:
         return []
     for singleton in ("zero", "raw", "nan"):
         for scale in ("std", "none"):
-            scheme = Scheme(group_by=TRAJECTORY, singleton=singleton, scale=scale, name="per-trajectory")
+            scheme = Scheme(group_by=TRAJECTORY, singleton=singleton, scale=scale)
             values = rows.values_of(scheme)
             if values is None or rows.share(rows.matches(values)) < ALMOST_ALL:
                 continue
             return compare_groupings(rows, scheme, rows.enc.trajectory.clamp_min(0), max(rows.enc.trajectory_count, 1))
+    return []
+
+
+SPLIT_ROWS = 10
+"""The largest group whose partitions into sub-groups are searched (every subset is recomputed: 2^n - 1 of them)."""
+MERGED_PAIRS = 400
+"""The most pairs of a step's groups whose unions are recomputed."""
+
+
+def _keyed_schemes(candidates: list[Scheme]) -> list[Scheme]:
+    """The candidates that group by a key of the prompt, every sample a member: what a key that cuts prompts feeds."""
+    keyed = [
+        scheme
+        for scheme in candidates
+        if scheme.groups == "prompt" and scheme.members == "samples" and scheme.std_over == "group"
+    ]
+    return list(dict.fromkeys(replace(scheme, group_by="prompt", framework_key="") for scheme in keyed))
+
+
+def _recomputed(rows: Rows, scheme: Scheme, members: list[np.ndarray]) -> list[np.ndarray]:
+    """``scheme``'s advantages over each list of rows taken as one group of its own (one kernel call for all)."""
+    from ..._table import make_table
+    from ..engine.encode import encode
+    from ..kernel import advantages
+
+    at = np.concatenate(members)
+    keys = np.repeat(np.arange(len(members)), [len(rows_of) for rows_of in members])
+    table = make_table(reward=rows.reward.numpy()[at], prompt=keys)
+    values = advantages(encode(table, "cpu"), scheme).to(torch.float64).cpu().numpy()
+    return np.split(values, np.cumsum([len(rows_of) for rows_of in members])[:-1])
+
+
+def _reproduced(rows: Rows, rows_of: np.ndarray, values: np.ndarray) -> bool:
+    recorded = rows.advantage.numpy()[rows_of]
+    tolerance = rows.tolerance(torch.from_numpy(values)).numpy()
+    both_nan = np.isnan(values) & np.isnan(recorded)
+    return bool((both_nan | (np.abs(values - recorded) <= tolerance)).all())
+
+
+def _partitioned(valid: list[int], size: int) -> bool:
+    """Whether the ``valid`` subsets (bit masks over ``size`` rows) cover the rows exactly, in two parts or more."""
+    full = (1 << size) - 1
+    subsets = [mask for mask in valid if mask != full]
+    reachable = {0}
+    frontier = [0]
+    while frontier:
+        mask = frontier.pop()
+        low = (~mask) & (mask + 1)  # the lowest row not yet covered
+        for subset in subsets:
+            if subset & low and not subset & mask:
+                grown = mask | subset
+                if grown == full:
+                    return True
+                if grown not in reachable:
+                    reachable.add(grown)
+                    frontier.append(grown)
+    return False
+
+
+def _split_groups(rows: Rows, scheme: Scheme, groups: list[np.ndarray]) -> list[int]:
+    """The groups (their index in ``groups``) whose rows split into sub-groups that ``scheme`` reproduces alone."""
+    small = [index for index, rows_of in enumerate(groups) if 2 <= len(rows_of) <= SPLIT_ROWS]
+    if not small:
+        return []
+    members, owners = [], []
+    for index in small:
+        rows_of = groups[index]
+        for mask in range(1, 1 << len(rows_of)):
+            members.append(rows_of[[bit for bit in range(len(rows_of)) if mask >> bit & 1]])
+            owners.append((index, mask))
+    try:
+        values = _recomputed(rows, scheme, members)
+    except SchemeError:
+        return []
+    valid: dict[int, list[int]] = {}
+    for (index, mask), rows_of, recomputed in zip(owners, members, values, strict=True):
+        if _reproduced(rows, rows_of, recomputed):
+            valid.setdefault(index, []).append(mask)
+    return [index for index in small if _partitioned(valid.get(index, []), len(groups[index]))]
+
+
+def _merged_groups(rows: Rows, scheme: Scheme, groups: list[np.ndarray], steps: list[int]) -> list[int]:
+    """The groups (their index) that ``scheme`` reproduces as one group with another group of their step."""
+    pairs = [
+        (first, second)
+        for first in range(len(groups))
+        for second in range(first + 1, len(groups))
+        if steps[first] == steps[second]
+    ][:MERGED_PAIRS]
+    if not pairs:
+        return []
+    members = [np.concatenate([groups[first], groups[second]]) for first, second in pairs]
+    try:
+        values = _recomputed(rows, scheme, members)
+    except SchemeError:
+        return []
+    found: set[int] = set()
+    for pair, rows_of, recomputed in zip(pairs, members, values, strict=True):
+        if _reproduced(rows, rows_of, recomputed):
+            found.update(pair)
+    return sorted(found)
+
+
+def key_fits(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
+    """Groups the candidates miss that they reproduce once cut into sub-groups, or joined with another group of
+    their step: a key that split or merged the prompts."""
+    for scheme in _keyed_schemes(candidates):
+        values = rows.values_of(scheme)
+        if values is None:
+            continue
+        missed = rows.present & ~rows.matches(values) & (rows.group >= 0)
+        if not bool(missed.any()) or rows.share(rows.matches(values)) < 0.5:
+            continue
+        codes = torch.unique(rows.group[missed])
+        member = rows.present & torch.isfinite(rows.reward)
+        groups = [torch.nonzero(member & (rows.group == code)).flatten().numpy() for code in codes.tolist()]
+        steps = [int(rows.enc.step[int(rows_of[0])]) if len(rows_of) else -1 for rows_of in groups]
+        split = _split_groups(rows, scheme, groups)
+        rest = [index for index in range(len(groups)) if index not in set(split)]
+        merged = [
+            rest[index] for index in _merged_groups(rows, scheme, [groups[i] for i in rest], [steps[i] for i in rest])
+        ]
+        if not split and not merged:
+            continue
+        flagged = torch.zeros(rows.rows, dtype=torch.bool)
+        for index in (*split, *merged):
+            flagged[torch.from_numpy(groups[index])] = True
+        return [
+            Hit(
+                "key-splits-prompts",
+                flagged,
+                f"the advantages are {scheme} over a key that cuts prompts: {len(split):,} prompts split into "
+                f"sub-groups, {len(merged):,} merged with another prompt ({int(flagged.sum()):,} rows)",
+                {"scheme": str(scheme), "split": len(split), "merged": len(merged)},
+            )
+        ]
     return []

@@ -78,29 +78,51 @@ def singleton_raw(rows: Rows) -> list[Hit]:
         Hit(
             "singleton-raw-reward",
             raw,
-            f"{rows.groups_of(raw):,} one-sample groups got their reward as advantage ({int(raw.sum()):,} rows)",
+            f"{rows.groups_of(raw):,} one-member groups (one sample, or one trajectory) got their reward as "
+            f"advantage ({int(raw.sum()):,} rows)",
             {},
         )
     ]
 
 
+def _peer_spread(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: how far apart the finite rewards of the other rows of its group are (the leave-one-out peers),
+    and their largest magnitude; rows of no group get inf."""
+    keyed = (rows.group >= 0) & torch.isfinite(rows.reward)
+    group = torch.where(keyed, rows.group, 0)
+    r = rows.reward
+    lowest, highest = math.inf, -math.inf
+
+    def reduce(values: torch.Tensor, how: str, fill: float, where: torch.Tensor) -> torch.Tensor:
+        out = torch.full((max(rows.groups, 1),), fill, dtype=torch.float64)
+        return out.scatter_reduce_(0, group[where], values[where], how).index_select(0, group)
+
+    top = reduce(r, "amax", highest, keyed)
+    bottom = reduce(r, "amin", lowest, keyed)
+    ones = torch.ones_like(r)
+    tops = reduce(ones, "sum", 0.0, keyed & (r == top))
+    bottoms = reduce(ones, "sum", 0.0, keyed & (r == bottom))
+    second_top = reduce(r, "amax", highest, keyed & (r < top))
+    second_bottom = reduce(r, "amin", lowest, keyed & (r > bottom))
+    # A row that alone holds its group's highest (lowest) reward leaves the next one as its peers' highest.
+    peer_top = torch.where((r == top) & (tops == 1), second_top, top)
+    peer_bottom = torch.where((r == bottom) & (bottoms == 1), second_bottom, bottom)
+    spread = torch.where(keyed, peer_top - peer_bottom, math.inf)
+    return spread, torch.maximum(peer_top.abs(), peer_bottom.abs())
+
+
 def near_constant(rows: Rows) -> list[Hit]:
-    """Groups whose rewards are one value to a float32 trainer, with |A| far beyond what any std-scaled group of
-    their size can have."""
+    """Rows whose peers in the group (the others: their leave-one-out statistics) hold one reward to a float32
+    trainer, with |A| far beyond what any std-scaled group of their size can have: a std of rounding noise."""
     if not rows.groups:
         return []
-    finite = torch.isfinite(rows.reward)
-    r = torch.where(finite, rows.reward, torch.nan)
-    high = _per_group(rows, torch.where(finite, r, -math.inf), "amax", -math.inf)
-    low = _per_group(rows, torch.where(finite, r, math.inf), "amin", math.inf)
-    width = NEAR_CONSTANT_ULPS * 2.0**-23 * torch.maximum(high.abs(), low.abs())
-    n = rows.group_sizes.to(torch.float64)
-    constant = (n >= 2) & ((high - low) <= width)
-    limit = BLOWUP * torch.clamp((n - 1) / n.clamp_min(1).sqrt(), min=1.0)
+    spread, magnitude = _peer_spread(rows)
+    constant = spread <= NEAR_CONSTANT_ULPS * 2.0**-23 * magnitude
     keyed = rows.group >= 0
-    flagged = torch.zeros(rows.rows, dtype=torch.bool)
-    group = rows.group[keyed]
-    flagged[keyed] = constant.index_select(0, group) & (rows.advantage[keyed].abs() > limit.index_select(0, group))
+    n = torch.ones(rows.rows, dtype=torch.float64)
+    n[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]).to(torch.float64)
+    limit = BLOWUP * torch.clamp((n - 1) / n.sqrt(), min=1.0)
+    flagged = keyed & (n >= 2) & constant & (rows.advantage.abs() > limit)
     if not bool(flagged.any()):
         return []
     largest = float(rows.advantage[flagged].abs().max())
@@ -108,8 +130,8 @@ def near_constant(rows: Rows) -> list[Hit]:
         Hit(
             "near-constant-blowup",
             flagged,
-            f"{rows.groups_of(flagged):,} groups of one reward (to float32) got |A| up to {largest:.4g} "
-            f"({int(flagged.sum()):,} rows)",
+            f"{int(flagged.sum()):,} rows whose group peers hold one reward (to float32) got |A| up to "
+            f"{largest:.4g}: a std of rounding noise ({rows.groups_of(flagged):,} groups)",
             {"largest": largest},
         )
     ]
@@ -131,11 +153,12 @@ def misaligned(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
             if rows.share(rows.matches(expected, shifted)) >= ALMOST_ALL:
                 flagged = torch.ones(rows.rows, dtype=torch.bool)
                 where = "later" if k > 0 else "earlier"
+                unit = "row" if abs(k) == 1 else "rows"
                 return [
                     Hit(
                         "rows-misaligned",
                         flagged,
-                        f"each advantage belongs to the row {abs(k)} {where}: shifted by {k} rows the column "
+                        f"each advantage belongs to the row {abs(k)} {where}: shifted by {k} {unit} the column "
                         f"reproduces {scheme} exactly",
                         {"shift": k, "scheme": str(scheme)},
                     )
