@@ -82,14 +82,14 @@ class PresetFit(NamedTuple):
     """How well one scheme reproduces the recorded advantages (errors over the rows that have one).
 
     ``max_error`` and ``mean_error``: a row's error within the rounding of the scheme's dtype
-    (:func:`rounding_error`: 2 units in the last place at the row's recorded magnitude) counts as 0, a match at
+    (:func:`rounding_error`: 2 units in the last place at its group's recorded magnitude) counts as 0, a match at
     that rounding. Whether a float32 scheme reproduces the trainer's float32 values bit for bit, or 1 unit in the
     last place off, depends on the order the CPU's kernels sum in: the fit says the same of both, on any machine.
     ``undefined``: rows where exactly one side is NaN (the scheme leaves undefined what the trainer recorded,
     or the reverse); such a row is never within tolerance and makes ``max_error`` and ``mean_error`` inf.
     ``allowed_error``: the error at which a row of this scheme is within tolerance (:func:`allowed_error`: it
     follows the scheme's dtype), at a recorded magnitude of at most 1; a larger row is allowed that much times its
-    magnitude (:func:`row_magnitudes`); NaN where it was not given.
+    group's magnitude (:func:`row_magnitudes`); NaN where it was not given.
     """
 
     scheme: str
@@ -138,13 +138,32 @@ def error_scale(recorded: np.ndarray) -> float:
     return max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
 
 
-def row_magnitudes(recorded: np.ndarray) -> np.ndarray:
-    """What each row's tolerance is relative to: 1, or its recorded magnitude where that is larger (1 where it is
-    not finite)."""
+def row_magnitudes(recorded: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """What each row's tolerance is relative to: 1, or the largest finite recorded magnitude of its true group
+    (``groups``: a code per row, -1 for a row of no group, which is its own) where that is larger. A row computed by
+    cancellation (``r - mean`` near 0 on rewards in the hundreds) carries its group's rounding, not its own; a
+    blown-up group loosens no other group's tolerance."""
     magnitude: np.ndarray = np.abs(recorded)
     magnitude[~np.isfinite(magnitude)] = 1.0
     np.maximum(magnitude, 1.0, out=magnitude)
+    if groups is None or not len(groups):
+        return magnitude
+    keyed = groups >= 0
+    largest = np.zeros(int(groups.max()) + 1 if keyed.any() else 0)
+    np.maximum.at(largest, groups[keyed], magnitude[keyed])
+    magnitude[keyed] = largest[groups[keyed]]
     return magnitude
+
+
+def _group_codes(encoded: Encoded, present: np.ndarray) -> np.ndarray:
+    """Each recorded row's (step, prompt) group code, -1 without a prompt key."""
+    prompt = encoded.prompt.cpu().numpy()[present]
+    step = encoded.step.cpu().numpy()[present] if not encoded.single_step else np.zeros(len(prompt), np.int64)
+    codes = np.full(len(prompt), -1, dtype=np.int64)
+    keyed = prompt >= 0
+    if keyed.any():
+        codes[keyed] = np.unique(step[keyed] * (int(prompt.max()) + 1) + prompt[keyed], return_inverse=True)[1]
+    return codes
 
 
 def advantage_errors(recorded: np.ndarray, recomputed: np.ndarray) -> np.ndarray:
@@ -268,7 +287,7 @@ def fit_presets(
     ``schemes`` defaults to :func:`candidate_schemes`. Only rows with a
     recorded advantage count; a scheme that cannot run on the table (missing
     prompt keys, uneven slices) is left out. A row is within tolerance when
-    its error is at most ``allowed_error(tolerance, 1, dtype)`` times the row's ``max(1, |recorded|)``
+    its error is at most ``allowed_error(tolerance, 1, dtype)`` times ``max(1, |recorded|)`` over its true group
     (the scheme's dtype: a bfloat16 scheme is allowed a bfloat16 rounding). Ranked by the
     share within tolerance (descending), then mean and max error, two errors of
     schemes of one dtype within its rounding being a tie (:func:`rounding_error`);
@@ -399,7 +418,7 @@ def _fit_schemes(
     from .kernel import advantages
 
     scale = error_scale(recorded)
-    magnitude = row_magnitudes(recorded)
+    magnitude = row_magnitudes(recorded, _group_codes(encoded, present))
     fitted: dict[str, tuple[PresetFit, bytes]] = {}
     roundings: dict[str, float] = {}
     for spec in specs:
@@ -417,7 +436,7 @@ def _fit_schemes(
         on_recorded = values.cpu().numpy()[present]
         errors = advantage_errors(recorded, on_recorded)
         roundings[name] = rounding_error(scheme.dtype, scale)
-        # Each row is held to its own magnitude: one blown-up row loosens no other row's tolerance.
+        # Each row is held to its group's magnitude: one blown-up group loosens no other group's tolerance.
         errors[errors <= rounding_error(scheme.dtype) * magnitude] = 0.0  # a match at the dtype's rounding
         allowed = allowed_error(tolerance, 1.0, scheme.dtype)
         fit = PresetFit(
@@ -534,7 +553,7 @@ class Detection:
         against the others.
     tolerance, allowed_error, scale
         a row matches an exact (float64) scheme when its error is at most ``allowed_error = tolerance`` times
-        ``max(1, |recorded|)`` of that row (:func:`row_magnitudes`: a blown-up row loosens no other); a scheme
+        ``max(1, |recorded|)`` over its true group (:func:`row_magnitudes`: a blown-up group loosens no other); a scheme
         computed in a reduced dtype may be allowed more, its fit's own ``allowed_error`` (:meth:`allowed_for`),
         times the same magnitude. ``scale`` is 1: the tolerance is per row, never scaled to the largest value.
     rows

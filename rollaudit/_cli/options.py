@@ -400,7 +400,7 @@ def compare_format(chosen: Enum | None, *, as_json: bool, as_markdown: bool) -> 
 
 GateRules = dict[str, Any]
 """The gate's rule options by name, as :func:`rollaudit.gate_config` takes them (sequences never None)."""
-_REPEATABLE = ("max_rules", "min_rules", "require", "baseline_tolerance")
+_REPEATABLE = ("max_rules", "min_rules", "require", "baseline_tolerance", "fail_on", "ignore")
 
 
 def _gate_rules(values: Mapping[str, Any]) -> GateRules:
@@ -451,6 +451,25 @@ GATE_RULES = OptionGroup(
             help="A data rule: prompt-key, trajectory-key, finite-rewards or no-singletons; repeatable.",
         ),
         _option(
+            "fail_on",
+            list[str] | None,
+            "--fail-on",
+            metavar="CODE[,CODE...]",
+            show_default=False,
+            help=(
+                "Fail when the dump shows a finding of these codes (rollaudit findings lists them), of a severity "
+                "(error, warning, note) or of any code (all); repeatable."
+            ),
+        ),
+        _option(
+            "ignore",
+            list[str] | None,
+            "--ignore",
+            metavar="CODE[,CODE...]",
+            show_default=False,
+            help="Codes, severities or all that --fail-on leaves out; repeatable.",
+        ),
+        _option(
             "expect_recorded",
             str | None,
             "--expect-recorded",
@@ -464,7 +483,7 @@ GATE_RULES = OptionGroup(
             "--recorded-tolerance",
             metavar="TOL",
             show_default=False,
-            help="Tolerance of --expect-recorded, times max(1, max |recorded|). Default: 1e-4.",
+            help="Tolerance of --expect-recorded, times max(1, |recorded|) over each row's prompt group. Default: 1e-4.",
         ),
         _option(
             "baseline",

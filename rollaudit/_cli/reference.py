@@ -1,11 +1,12 @@
-"""The reference commands: schemes, formats, schema. Each prints a registry as it is (PRESETS, FORMATS, the JSON
-Schemas shipped with the renderers), so that what the tool says it does cannot drift from what it does.
+"""The reference commands: schemes, formats, findings, schema. Each prints a registry as it is (PRESETS, FORMATS,
+CODES, the JSON Schemas shipped with the renderers), so that what the tool says it does cannot drift from what it does.
 
 In a terminal the entries are a rich table; in a pipe, one ``field: value`` line per field under each name; with
-``--json``, a list of objects with the same fields. The listings are in alphabetical order of name (case-insensitive),
-whatever the registry's own order (the loader keeps FORMATS' order to detect a file's format; ``formats
---detection-order`` prints that order). ``formats NAME`` and ``schemes NAME`` print one entry (``--json``: the
-object alone); a name neither knows is an error that names it and the nearest known name.
+``--json``, a list of objects with the same fields. The listings of schemes and formats are in alphabetical order of
+name (case-insensitive), whatever the registry's own order (the loader keeps FORMATS' order to detect a file's format;
+``formats --detection-order`` prints that order); findings keep the registry's order, defects then laws.
+``formats NAME``, ``schemes NAME`` and ``findings CODE`` print one entry (``--json``: the object alone); a name the
+registry does not know is an error that names it and the nearest known name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from .._audit.schemes import Scheme
 
 AsJson = Annotated[
-    bool, typer.Option("--json", help="A JSON list of objects on stdout (with NAME, that entry's object alone).")
+    bool, typer.Option("--json", help="A JSON list of objects on stdout (with one entry named, its object alone).")
 ]
 FormatName = Annotated[
     str | None,
@@ -35,6 +36,14 @@ SchemeName = Annotated[
         metavar="NAME",
         help="One preset to show (e.g. nemo-loo), or a scheme string (e.g. 'prompt(scale=none)'); every preset by "
         "default.",
+        show_default=False,
+    ),
+]
+FindingCode = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="CODE",
+        help="One finding code to show (e.g. rows-misaligned); every code by default.",
         show_default=False,
     ),
 ]
@@ -134,8 +143,40 @@ def format_entry(name: str) -> dict[str, Any]:
     )
 
 
-# Notes most presets lack: left out of the text where there is none (``--json`` keeps them, as null).
-_OPTIONAL = frozenset({"undefined", "rounding_fix"})
+def finding_entries() -> list[dict[str, Any]]:
+    """One object per finding code, in CODES order (defects, then laws): code, severity, shows, reference,
+    signature, fix."""
+    from .._audit.findings.codes import CODES
+
+    return [
+        {
+            "code": entry.code,
+            "severity": entry.severity,
+            "shows": entry.shows,
+            "reference": entry.reference or None,  # as a finding's JSON says it: null where the field has none
+            "signature": entry.signature,
+            "fix": entry.fix,
+        }
+        for entry in CODES
+    ]
+
+
+def finding_entry(code: str) -> dict[str, Any]:
+    """The object for one finding code. A code the registry lacks is a UsageError naming it and the nearest code."""
+    from .._audit.findings.codes import BY_CODE
+    from .._errors import UsageError, did_you_mean
+
+    entries = {entry["code"]: entry for entry in finding_entries()}
+    if code in entries:
+        return entries[code]
+    hint = did_you_mean(code.casefold(), BY_CODE)
+    raise UsageError(
+        f"unknown finding code {code!r}{hint}", expected=None if hint else "a code `rollaudit findings` lists"
+    )
+
+
+# Notes most entries lack: left out of the text where there is none (``--json`` keeps them, as null).
+_OPTIONAL = frozenset({"undefined", "rounding_fix", "reference"})
 
 
 def _lines(key: str, value: Any) -> list[tuple[str, str]]:
@@ -156,7 +197,8 @@ def _lines(key: str, value: Any) -> list[tuple[str, str]]:
 
 
 def _print_entries(entries: list[dict[str, Any]], title: str) -> None:
-    """A table with one row per entry in a terminal; ``field: value`` lines under each name in a pipe."""
+    """A table with one row per entry in a terminal; ``field: value`` lines under each name in a pipe. An entry's
+    first field is its name (``name``, a finding's ``code``)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -165,28 +207,29 @@ def _print_entries(entries: list[dict[str, Any]], title: str) -> None:
 
     # A scheme string a user gave (schemes 'custom(group_by=...)') is shown escaped, as every line rollaudit prints.
     console = Console(highlight=False)
+    name = next(iter(entries[0])) if entries else "name"
     if not console.is_terminal:
         lines = []
         for entry in entries:
-            lines.append(visible(entry["name"]))
+            lines.append(visible(entry[name]))
             for key, value in entry.items():
-                if key != "name":
+                if key != name:
                     lines.extend(f"  {field}: {visible(text)}" for field, text in _lines(key, value))
         typer.echo(log_safe("\n".join(lines)))
         return
     table = Table(title=title, show_lines=True, title_justify="left")
-    table.add_column("name", style="bold cyan", no_wrap=True)
+    table.add_column(name, style="bold cyan", no_wrap=True)
     table.add_column("details")
     for entry in entries:
         details = Table.grid(padding=(0, 1))
         details.add_column(style="dim", no_wrap=True)
         details.add_column()
         for key, value in entry.items():
-            if key != "name":
+            if key != name:
                 for field, text in _lines(key, value):
                     # Text, not markup: "reward[reward_key]" is shown as written, not read as a style tag.
                     details.add_row(field, Text(visible(text)))
-        table.add_row(Text(visible(entry["name"])), details)
+        table.add_row(Text(visible(entry[name])), details)
     console.print(table)
 
 
@@ -226,6 +269,18 @@ def formats(name: FormatName = None, as_json: AsJson = False, detection_order: D
         entries = alphabetical(format_entries())
         title = "formats"
     _show(entries, title, as_json=as_json, one=name is not None)
+
+
+@app.command()
+def findings(code: FindingCode = None, as_json: AsJson = False) -> None:
+    """List every finding code (defects, then the laws every GRPO-family estimator keeps): its severity, what the
+    dump shows, where it was reported, the signature the audit tests, and the fix. With CODE, that one: rollaudit
+    findings rows-misaligned.
+
+    gate --fail-on CODE,... fails a run that shows them: rollaudit gate run/ --fail-on error --ignore law-order.
+    """
+    entries = [finding_entry(code)] if code is not None else finding_entries()
+    _show(entries, "findings (gate --fail-on CODE, a severity or all)", as_json=as_json, one=code is not None)
 
 
 @app.command()

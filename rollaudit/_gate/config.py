@@ -17,13 +17,16 @@ from .baseline import Baseline, read_baseline
 from .rules import (
     BaselineTolerance,
     BoundRule,
+    FindingRule,
     RecordedRule,
     RequireRule,
     parse_baseline_tolerance,
     parse_bound,
+    parse_finding_items,
     parse_recorded,
     parse_requirement,
     scheme_name,
+    selected_codes,
 )
 
 DEFAULT_GATE_SCHEMES = ("batch", "prompt", "trajectory")
@@ -37,6 +40,8 @@ class GateConfig:
     given, else ``prompt``; use :attr:`reference_name`. ``schemes``: extra
     schemes to audit (and store in a written baseline) besides those the
     rules mention. ``source``: the config file the settings came from.
+    ``fail_on``/``ignore``: the finding codes, severities or ``all`` as
+    named (:attr:`finding_rules`: the codes they select).
     """
 
     bounds: tuple[BoundRule, ...] = ()
@@ -48,6 +53,8 @@ class GateConfig:
     schemes: tuple[str, ...] = ()
     trained_with: str | None = None
     source: str | None = None
+    fail_on: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
     @property
     def reference_name(self) -> str:
@@ -57,8 +64,13 @@ class GateConfig:
         return self.baseline.reference if self.baseline is not None else "prompt"
 
     @property
+    def finding_rules(self) -> tuple[FindingRule, ...]:
+        """One rule per code ``fail_on`` selects and ``ignore`` leaves, in registry order."""
+        return tuple(FindingRule(code) for code in selected_codes(self.fail_on, self.ignore))
+
+    @property
     def has_rules(self) -> bool:
-        return bool(self.bounds or self.requirements or self.recorded or self.baseline)
+        return bool(self.bounds or self.requirements or self.recorded or self.baseline or self.fail_on)
 
 
 CONFIG_KEYS = (
@@ -72,6 +84,8 @@ CONFIG_KEYS = (
     "recorded_tolerance",
     "baseline",
     "baseline_tolerance",
+    "fail_on",
+    "ignore",
 )
 
 
@@ -179,6 +193,14 @@ def _tolerances_from_config(value: Any, path: str) -> list[BaselineTolerance]:
     ]
 
 
+def _findings_from_config(value: Any, key: str, path: str) -> tuple[str, ...]:
+    """``fail_on``/``ignore``: a list of codes, severities or ``all``, or one comma-separated string."""
+    items = _strings(value, key, path)
+    return tuple(
+        dict.fromkeys(code for item in items for code in _in_config(path, key, parse_finding_items, item, repr(item)))
+    )
+
+
 def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str | os.PathLike[str] = ".") -> GateConfig:
     """The gate configuration of a file: ``path`` (``--config FILE``), else the nearest ``pyproject.toml``
     with a ``[tool.rollaudit.gate]`` table in ``start_dir`` or its parents, else an empty config.
@@ -189,9 +211,11 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
     or a table ``{"SCHEME:METRIC" = LIMIT}``), ``reference``, ``schemes``,
     ``require`` (list of requirement names), ``expect_recorded``,
     ``recorded_tolerance``, ``baseline`` (a path, relative to the config
-    file's directory), ``baseline_tolerance`` (list of ``"METRIC:TOL"``).
-    An unreadable file, a malformed value or an unknown key is a
-    :class:`UsageError` naming the file and the key.
+    file's directory), ``baseline_tolerance`` (list of ``"METRIC:TOL"``),
+    ``fail_on`` and ``ignore`` (finding codes, severities or ``all``: a
+    list, or one comma-separated string). An unreadable file, a malformed
+    value or an unknown key is a :class:`UsageError` naming the file and
+    the key.
     """
     if path is None:
         found = find_pyproject(start_dir)
@@ -258,6 +282,7 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
         # Relative to the config file, so the gate finds it from any working directory.
         baseline = read_baseline(config_path.parent / values["baseline"])
     tolerances = _tolerances_from_config(values.get("baseline_tolerance", []), where)
+    fail_on, ignore = (_findings_from_config(values.get(key, []), key, where) for key in ("fail_on", "ignore"))
     config = GateConfig(
         bounds=tuple(_merge_bounds([], bounds)),
         requirements=tuple(dict.fromkeys(requirements)),
@@ -268,8 +293,11 @@ def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str 
         schemes=tuple(dict.fromkeys(schemes)),
         trained_with=trained_with,
         source=where,
+        fail_on=fail_on,
+        ignore=ignore,
     )
     _check_reference(config)
+    _in_config(where, "fail_on", _check_findings, config)
     return config
 
 
@@ -307,6 +335,19 @@ def _check_reference(config: GateConfig) -> None:
         )
 
 
+def _check_findings(config: GateConfig) -> None:
+    """Finding rules that ignore every code they select are a mistake, not a gate that passes on nothing."""
+    if config.fail_on and not config.finding_rules:
+        left = f" that ignore {', '.join(config.ignore)} leaves" if config.ignore else ""
+        raise UsageError(f"fail-on {', '.join(config.fail_on)} selects no code{left} (see `rollaudit findings`)")
+
+
+def _finding_items(values: str | Sequence[str], option: str) -> list[str]:
+    """``--fail-on``/``--ignore`` values (each comma-separated, repeatable), each item checked."""
+    texts = [values] if isinstance(values, str) else values
+    return [item for text in texts for item in parse_finding_items(text, f"{option} {text.strip()!r}")]
+
+
 def gate_config(
     base: GateConfig | None = None,
     *,
@@ -320,6 +361,8 @@ def gate_config(
     baseline: str | os.PathLike[str] | None = None,
     baseline_tolerance: Sequence[str] = (),
     trained_with: str | None = None,
+    fail_on: str | Sequence[str] = (),
+    ignore: str | Sequence[str] = (),
 ) -> GateConfig:
     """CLI-style values merged over ``base`` (usually :func:`load_gate_config`'s result).
 
@@ -329,7 +372,9 @@ def gate_config(
     ``recorded_tolerance``, ``trained_with`` and ``baseline`` (a path,
     relative to the working directory) replace the config's when given. ``baseline_tolerance``
     entries replace the config's for the same metric. ``schemes`` (a list, or
-    one comma-separated string) adds schemes to audit.
+    one comma-separated string) adds schemes to audit. ``fail_on`` and
+    ``ignore`` (codes, severities or ``all``; a list, or one comma-separated
+    string) add to the config's.
     """
     base = base or GateConfig()
     bounds = [*(parse_bound(text, "max") for text in max_rules), *(parse_bound(text, "min") for text in min_rules)]
@@ -356,8 +401,11 @@ def gate_config(
         reference=scheme_name(reference, "--reference") if reference is not None else base.reference,
         schemes=tuple(dict.fromkeys((*base.schemes, *extra_schemes))),
         trained_with=scheme_name(trained_with, "--trained-with") if trained_with is not None else base.trained_with,
+        fail_on=tuple(dict.fromkeys((*base.fail_on, *_finding_items(fail_on, "--fail-on")))),
+        ignore=tuple(dict.fromkeys((*base.ignore, *_finding_items(ignore, "--ignore")))),
     )
     _check_reference(config)
+    _check_findings(config)
     return config
 
 
@@ -368,7 +416,10 @@ def require_rules(config: GateConfig, writing_baseline: bool = False) -> None:
         where = f" (config: {config.source})" if config.source else " (no [tool.rollaudit.gate] found)"
         raise UsageError(
             "no gate rules given" + where,
-            expected="--max/--min SCHEME:METRIC=LIMIT, --expect-recorded, --require, --baseline, or --write-baseline",
+            expected=(
+                "--max/--min SCHEME:METRIC=LIMIT, --fail-on CODE, --expect-recorded, --require, --baseline, "
+                "or --write-baseline"
+            ),
         )
 
 

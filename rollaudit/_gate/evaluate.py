@@ -10,17 +10,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.compute as pc
 
+from .._audit.findings.codes import BY_CODE
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
 from .._errors import GateFailed, SchemeError, UsageError
 from .._json import json_object
 from .._table import POSITION, PROMPT, REWARD, STEP, TRAJECTORY, validate_table
 from .baseline import Baseline
 from .config import GateConfig, schemes_needed
-from .rules import METRIC_NAMES, BaselineTolerance, BoundRule, RecordedRule, RequireRule, format_value
+from .rules import METRIC_NAMES, BaselineTolerance, BoundRule, FindingRule, RecordedRule, RequireRule, format_value
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .._audit.findings.finding import Finding
     from .._audit.fit import Detection
     from .._audit.report import Report
 
@@ -43,7 +45,8 @@ _FLOAT_NOISE = 1e-9
 @dataclass(frozen=True)
 class RuleResult:
     """One rule's outcome. ``measured``: the value checked (None when undefined); ``limit``: the bound it was
-    held to (for a baseline metric the largest allowed move); ``limit_text``: the limit as a person reads it."""
+    held to (for a baseline metric the largest allowed move); ``limit_text``: the limit as a person reads it.
+    ``finding``: for a failed ``fail-on`` rule, the finding that failed it (the JSON document carries it whole)."""
 
     name: str
     passed: bool
@@ -53,20 +56,22 @@ class RuleResult:
     kind: str = ""
     limit_text: str = ""
     evaluated: bool = True  # False: the dump cannot support what the rule measures (neither passed nor failed)
+    finding: Finding | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_object(
-            {
-                "name": self.name,
-                "kind": self.kind,
-                "passed": self.passed,
-                "evaluated": self.evaluated,
-                "measured": self.measured,
-                "limit": self.limit,
-                "limit_text": self.limit_text,
-                "message": self.message,
-            }
-        )
+        document = {
+            "name": self.name,
+            "kind": self.kind,
+            "passed": self.passed,
+            "evaluated": self.evaluated,
+            "measured": self.measured,
+            "limit": self.limit,
+            "limit_text": self.limit_text,
+            "message": self.message,
+        }
+        if self.finding is not None:
+            document["finding"] = self.finding.to_dict()
+        return json_object(document)
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,7 @@ def check_requirements(table: pa.Table, config: GateConfig) -> list[RuleResult]:
 
 def _recorded_result(rule: RecordedRule, report: Report) -> RuleResult:
     """The recorded advantages against ``rule.scheme``, read from the audit's own fit (never fitted again here)."""
-    limit_text = f"max error <= {rule.tolerance:g}"
+    limit_text = f"error <= {rule.tolerance:g} x max(1, |A| of the row's group)"
     detection = report.detection
     if detection is None:
         message = (
@@ -286,17 +291,19 @@ def _recorded_result(rule: RecordedRule, report: Report) -> RuleResult:
         message = f"{rule.scheme} cannot run on this dump ({why}); {_best_fit_text(detection)}"
         return RuleResult(rule.name, False, None, rule.tolerance, message, "recorded", limit_text)
     allowed = detection.allowed_for(fit)  # the fit's own dtype sets how far its rounding may stray
-    if detection.scale != 1.0:
-        limit_text = f"max error <= {allowed:.4g} ({rule.tolerance:g} x max |recorded| {detection.scale:.4g})"
+    if allowed != rule.tolerance:
+        limit_text = f"error <= {allowed:.4g} x max(1, |A| of the row's group) (the preset's rounding)"
     worst = fit.max_error
-    passed = worst <= allowed
+    # Each row is held to its group's magnitude (a blown-up group loosens no other): every row within it.
+    passed = detection.beyond_tolerance(fit) == 0
     counted = f"{detection.rows} of {report.info.get('samples', detection.rows)} samples with a recorded advantage"
     if passed:
         message = f"recorded advantages match {rule.scheme} (max error {format_value(worst)} over {counted})"
     else:
         message = (
             f"recorded advantages do not match {rule.scheme}: {detection.beyond_tolerance(fit)} samples off by "
-            f"more than {allowed:.4g} (max error {format_value(worst)} over {counted}); {_best_fit_text(detection)}"
+            f"more than {allowed:.4g} x max(1, |A| of their group) (max error {format_value(worst)} over {counted}); "
+            f"{_best_fit_text(detection)}"
         )
     return RuleResult(rule.name, passed, worst, allowed, message, "recorded", limit_text)
 
@@ -313,6 +320,47 @@ def _best_fit_text(detection: Detection) -> str:
         f"no preset matches; closest: {best.scheme}{also} ({best.share_within_tolerance:.1%} of samples within "
         f"tolerance, max error {format_value(best.max_error)})"
     )
+
+
+_FINDING_LIMIT = "0 rows"  # measured: the rows that show the finding
+_SHOWN = 5  # steps and rows a finding's message names before it counts the rest
+
+
+def _first_few(noun: str, values: tuple[Any, ...] | list[Any]) -> str:
+    """``rows 4, 5, 6`` or ``step 3``: the noun in number, then the first few values and how many more."""
+    shown = ", ".join(str(value) for value in values[:_SHOWN])
+    more = f" and {len(values) - _SHOWN} more" if len(values) > _SHOWN else ""
+    return f"{noun}{'s' * (len(values) != 1)} {shown}{more}"
+
+
+def _finding_message(finding: Finding) -> str:
+    """The finding's summary, how far it reaches, its first example and what to change."""
+    reach = f"{finding.rows} row{'s' * (finding.rows != 1)} in {finding.groups} group{'s' * (finding.groups != 1)}"
+    if finding.steps:
+        reach += f" at {_first_few('step', finding.steps)}"
+    message = f"{finding.summary}: {reach}"
+    if finding.examples:
+        example = finding.examples[0]
+        rows = [row + 1 for row in example.rows]  # counted from 1, as every row rollaudit names
+        message += f"; first: step {example.step}, prompt {example.prompt!r}, {_first_few('row', rows)}"
+    return f"{message}; fix: {finding.what_to_change}"
+
+
+def _finding_result(rule: FindingRule, report: Report) -> RuleResult:
+    """Fails when the report holds a finding of the rule's code (the most severe, widest one is named)."""
+    found = [finding for finding in report.findings if finding.code == rule.code]
+    if found:
+        message = _finding_message(found[0])
+        if len(found) > 1:
+            message += f" (and {len(found) - 1} more {rule.code} finding{'s' * (len(found) > 2)})"
+        rows = float(sum(finding.rows for finding in found))
+        return RuleResult(rule.name, False, rows, 0.0, message, "finding", _FINDING_LIMIT, finding=found[0])
+    why = report.info.get("findings_not_checked")
+    if why:
+        # Not found because not looked for: the gate does not pass on what it could not check.
+        return _not_evaluated(rule.name, f"the findings could not be checked: {why}", "finding", 0.0, _FINDING_LIMIT)
+    message = f"not found: {BY_CODE[rule.code].shows}"
+    return RuleResult(rule.name, True, 0.0, 0.0, message, "finding", _FINDING_LIMIT)
 
 
 def _tolerance_for(metric: str, tolerances: Mapping[str, BaselineTolerance]) -> BaselineTolerance | None:
@@ -372,7 +420,7 @@ def _baseline_result(
 
 def evaluate(report: Report, table: pa.Table, config: GateConfig) -> GateResult:
     """Every rule of ``config`` against ``report`` (the audit of ``table``), in the order: bounds, recorded,
-    requirements, baseline. ``report`` must include the schemes of :func:`schemes_needed`."""
+    requirements, findings, baseline. ``report`` must include the schemes of :func:`schemes_needed`."""
     if report.reference != config.reference_name:
         raise UsageError(
             f"the report's reference is {report.reference!r} but the gate's is {config.reference_name!r}",
@@ -402,6 +450,7 @@ def evaluate(report: Report, table: pa.Table, config: GateConfig) -> GateResult:
     if config.recorded is not None:
         results.append(_recorded_result(config.recorded, report))
     results.extend(check_requirements(table, config))
+    results.extend(_finding_result(rule, report) for rule in config.finding_rules)
     if config.baseline is not None:
         results.extend(_baseline_results(config.baseline, report, config))
     return GateResult(
@@ -454,6 +503,9 @@ def _unmeasured(table: pa.Table, config: GateConfig, requirements: list[RuleResu
     if config.recorded is not None:
         results.append(RuleResult(config.recorded.name, False, None, config.recorded.tolerance, why, "recorded"))
     results.extend(requirements)
+    results.extend(
+        RuleResult(rule.name, False, None, 0.0, why, "finding", _FINDING_LIMIT) for rule in config.finding_rules
+    )
     if config.baseline is not None:
         results.append(RuleResult(f"baseline {config.baseline.path}", False, None, None, why, "baseline"))
     return GateResult(results=tuple(results), reference=config.reference_name, samples=table.num_rows)

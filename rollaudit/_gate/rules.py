@@ -26,12 +26,18 @@ bound (``--max`` / ``--min SCHEME:METRIC=LIMIT``)
     the output says so.
 recorded (``--expect-recorded SCHEME``)
     the advantages the trainer recorded must equal ``SCHEME``'s within
-    ``tolerance * max(1, max |recorded|)`` on every row that has one; on a
+    ``tolerance * max(1, |recorded| over the row's prompt group)`` on every row that has one; on a
     mismatch the message names the preset that fits best.
 requirements (``--require NAME``)
     ``prompt-key`` (every sample has a prompt key), ``trajectory-key``
     (every sample has a trajectory key), ``finite-rewards`` (no NaN/inf
     reward), ``no-singletons`` (no (step, prompt) group of exactly one sample).
+findings (``--fail-on CODE,...`` and ``--ignore CODE,...``)
+    as a linter's rules: the report must hold no finding of a selected code
+    (``rollaudit findings`` lists them). An item is a code, a severity
+    (``error``, ``warning``, ``note``: every code of it) or ``all``;
+    ``--ignore`` takes codes out of what ``--fail-on`` selects. Each selected
+    code is one rule: it fails naming the finding's summary, rows and fix.
 baseline (``--baseline FILE`` with ``--baseline-tolerance METRIC:TOL``)
     every metric of every scheme stored in the baseline must stay within its
     tolerance of the stored value, in either direction (a move in the good
@@ -57,6 +63,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from .._audit.findings.codes import BY_CODE, CODES
 from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
 from .._audit.metric_names import METRICS, RATE_METRICS
 from .._audit.presets import get_scheme
@@ -69,6 +76,8 @@ TRAINED = "trained"
 
 Requirement = Literal["prompt-key", "trajectory-key", "finite-rewards", "no-singletons"]
 REQUIREMENTS: tuple[str, ...] = ("prompt-key", "trajectory-key", "finite-rewards", "no-singletons")
+FINDING_GROUPS: tuple[str, ...] = ("all", "error", "warning", "note")
+"""What ``--fail-on`` and ``--ignore`` take besides a code: every code, or every code of a severity."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -96,7 +105,8 @@ class BoundRule:
 
 @dataclass(frozen=True)
 class RecordedRule:
-    """The recorded advantages must equal ``scheme``'s within ``tolerance`` (relative to max(1, max |recorded|))."""
+    """The recorded advantages must equal ``scheme``'s within ``tolerance`` (relative to max(1, |recorded|) over
+    each row's prompt group)."""
 
     scheme: str
     tolerance: float = DEFAULT_RECORDED_TOLERANCE
@@ -115,6 +125,17 @@ class RequireRule:
     @property
     def name(self) -> str:
         return f"require {self.requirement}"
+
+
+@dataclass(frozen=True)
+class FindingRule:
+    """The report must hold no finding of ``code`` (one of :data:`~rollaudit._audit.findings.codes.CODES`)."""
+
+    code: str
+
+    @property
+    def name(self) -> str:
+        return f"fail-on {self.code}"
 
 
 @dataclass(frozen=True)
@@ -206,8 +227,46 @@ def parse_requirement(text: str, where: str | None = None) -> RequireRule:
     return RequireRule(name)  # type: ignore[arg-type]
 
 
+def parse_finding_items(text: str, where: str | None = None) -> tuple[str, ...]:
+    """``"CODE,CODE"`` to the items it names: codes, severities or ``all`` (``_`` works for ``-``, any case).
+
+    >>> parse_finding_items("rows-misaligned, warning")
+    ('rows-misaligned', 'warning')
+    """
+    where = where or f"--fail-on {text.strip()!r}"
+    items = []
+    for part in text.split(","):
+        item = part.strip().lower().replace("_", "-")
+        if not item:
+            raise UsageError(f"{where}: an empty item", expected="codes, severities or all, comma-separated")
+        if item not in BY_CODE and item not in FINDING_GROUPS:
+            hint = did_you_mean(item, [*BY_CODE, *FINDING_GROUPS])
+            raise UsageError(
+                f"{where}: unknown finding code {part.strip()!r}{hint}",
+                expected=None if hint else "a code `rollaudit findings` lists, error, warning, note or all",
+            )
+        items.append(item)
+    return tuple(dict.fromkeys(items))
+
+
+def selected_codes(fail_on: tuple[str, ...], ignore: tuple[str, ...]) -> tuple[str, ...]:
+    """The codes ``fail_on`` selects and ``ignore`` leaves, in registry order (defects, then laws).
+
+    >>> selected_codes(("warning",), ("law-order", "law-bound", "law-centred"))
+    ('turn-level-bias', 'mixed-reward-scales', 'law-equal-rewards', 'law-finite')
+    """
+
+    def codes(items: tuple[str, ...]) -> set[str]:
+        named = set(items)
+        return {entry.code for entry in CODES if {"all", entry.severity, entry.code} & named}
+
+    chosen = codes(fail_on) - codes(ignore)
+    return tuple(entry.code for entry in CODES if entry.code in chosen)
+
+
 def parse_recorded(scheme: str, tolerance: float | str | None = None, where: str | None = None) -> RecordedRule:
-    """``--expect-recorded SCHEME`` with an optional tolerance (default 1e-4, relative to max(1, max |recorded|))."""
+    """``--expect-recorded SCHEME`` with an optional tolerance (default 1e-4, relative to max(1, |recorded|) over
+    each row's prompt group)."""
     where = where or f"--expect-recorded {scheme.strip()!r}"
     if tolerance is None:
         value = DEFAULT_RECORDED_TOLERANCE

@@ -216,12 +216,14 @@ def test_expect_recorded_passes_on_the_trainers_scheme_and_names_the_best_fit_ot
     assert "they match trl-group(n=4)" in recorded["message"]
 
 
-def test_recorded_tolerance_scales_with_the_largest_recorded_advantage():
+def test_recorded_tolerance_is_relative_to_each_rows_group_not_the_largest_advantage():
     with pytest.warns(rollaudit.RollauditWarning, match="NaN"):  # row 18: every reward function returned None
         recorded = rollaudit.load(TRL).column("recorded_advantage").to_pylist()
-    scale = max(1.0, max(abs(value) for value in recorded))
+    assert max(abs(value) for value in recorded if value == value) > 1  # a scaled tolerance would differ
     document = gate_json(TRL, "--expect-recorded", "trl-group(n=4)", "--recorded-tolerance", "0.01", code=0)
-    assert rule(document, "expect-recorded trl-group(n=4)")["limit"] == pytest.approx(0.01 * scale)
+    found = rule(document, "expect-recorded trl-group(n=4)")
+    assert found["limit"] == pytest.approx(0.01)
+    assert "max(1, |A| of the row's group)" in found["limit_text"]
 
 
 def test_expect_recorded_on_a_dump_without_recorded_advantages_fails_and_says_so():
