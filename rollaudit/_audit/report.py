@@ -100,6 +100,23 @@ class Distributions:
         }
 
 
+def _counts_differ_only(trained: str | None, reference: str) -> bool:
+    """Whether the run's scheme is the reference's but for how a trajectory's samples count in the statistics
+    (every sample, or each trajectory once): two conventions a run chooses between, neither a defect to change
+    (the ``turn-level-bias`` finding gives the size of the difference)."""
+    if trained is None:
+        return False
+    from dataclasses import replace
+
+    from .presets import get_scheme
+
+    run, target = get_scheme(trained), get_scheme(reference)
+    if run.members == target.members:
+        return False
+    counted_alike = replace(run, members=target.members, representative=target.representative, siblings=target.siblings)
+    return replace(counted_alike, name="") == replace(target, name="")
+
+
 @dataclass
 class Report:
     """What ``rollaudit.audit`` found.
@@ -200,7 +217,7 @@ class Report:
         from .advice import advice_for
 
         row = self.trained_row
-        if row is None or row == self.reference:
+        if row is None or row == self.reference or _counts_differ_only(self.trained_with.scheme, self.reference):
             return []
         flips = self.summary_table.row(row)["sign_flip_rate"]
         if not (isinstance(flips, float) and math.isfinite(flips) and flips > 0):
@@ -289,7 +306,8 @@ class Report:
         return indexed_frame(self.worst_step_table(limit))
 
     def worst_prompts(self, limit: int = 10) -> pd.DataFrame:
-        """Prompts where the schemes disagree most with the reference, most sign flips first."""
+        """Prompts where what the run trained with (else any scheme) disagrees most with the reference, most sign
+        flips first."""
         return self.per_prompt.iloc[self._worst_prompt_rows(limit)]
 
     def silent_prompts(self, limit: int = 10) -> pd.DataFrame:
@@ -342,10 +360,15 @@ class Report:
         return self.per_prompt_table.take(self._silent_prompt_rows(limit))
 
     def _worst_prompt_rows(self, limit: int) -> np.ndarray:
-        """The per-prompt rows with sign flips, most flips first, then most spurious advantages, then most samples."""
+        """The per-prompt rows with sign flips, most flips first, then most spurious advantages, then most samples:
+        the flips of what the run trained with where the report knows it (its row's columns), else the most of any
+        scheme's."""
         table = self.per_prompt_table
-        flips = [name for name in table.names if name.startswith("flips:")]
-        spurious = [name for name in table.names if name.startswith("spurious:")]
+        trained = self.trained_row
+        own = trained is not None and f"flips:{trained}" in table.names
+        flips = [f"flips:{trained}"] if own else [name for name in table.names if name.startswith("flips:")]
+        spurious = [f"spurious:{trained}"] if own else [name for name in table.names if name.startswith("spurious:")]
+        spurious = [name for name in spurious if name in table.names]
         if table.empty or not flips:
             return np.zeros(0, dtype=np.int64)
         most_flips = row_max([table.floats(name) for name in flips], len(table))

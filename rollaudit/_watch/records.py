@@ -35,6 +35,8 @@ class StepRecord:
     scheme_changed: str | None = None
     """``scheme changed at step 4: was batch, now prompt``: on the step whose scheme differs from the step before
     it (the scheme each step's own audit names)."""
+    first_findings: tuple[str, ...] = ()
+    """The codes of the step's findings that no earlier step of the watch had: where each defect first appears."""
 
     @property
     def passed(self) -> bool | None:
@@ -43,7 +45,8 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object (one line of ``--jsonl``): ``step``, ``files``, ``summary``, ``trained_with``,
-        ``not_auditable``, and ``gate`` with rules; ``replaces`` when it supersedes; ``error`` when unreadable."""
+        ``not_auditable``, ``findings``, and ``gate`` with rules; ``replaces`` when it supersedes; ``error`` when
+        unreadable; ``first_findings``: the codes first found at this step."""
         document: dict[str, Any] = {"step": self.step, "files": list(self.files)}
         if self.report is not None:
             document["samples"] = self.report.info.get("samples")
@@ -52,6 +55,7 @@ class StepRecord:
             document["summary"] = self.report.summary_table.by_label()
             document["trained_with"] = self.report.trained_with.to_dict()
             document["not_auditable"] = dict(self.report.not_auditable)
+            document["findings"] = [finding.to_dict() for finding in self.report.findings]
         if self.gate is not None:
             document["gate"] = self.gate.to_dict()
         if self.error is not None:
@@ -60,6 +64,8 @@ class StepRecord:
             document["replaces"] = True
         if self.scheme_changed is not None:
             document["scheme_changed"] = self.scheme_changed
+        if self.first_findings:
+            document["first_findings"] = list(self.first_findings)
         return json_object(document)
 
 

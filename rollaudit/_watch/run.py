@@ -100,6 +100,14 @@ class _Follower:
             for record in recorded
             if isinstance(record.get("step"), int)
         }
+        # The finding codes its records (and then this watch) found: a step names the codes first found there.
+        self.found_codes: set[str] = {
+            finding["code"]
+            for record in recorded
+            if isinstance(record.get("findings"), list)
+            for finding in record["findings"]
+            if isinstance(finding, dict) and isinstance(finding.get("code"), str)
+        }
 
     def _warn(self, message: str) -> None:
         if message not in self.warned:  # a run that stays broken says so once
@@ -257,7 +265,20 @@ class _Follower:
             replaces = value in self.recorded_steps or (previous is not None and value in previous.steps)
             self.recorded_steps.add(value)
             record = self.audit_step(part, names)
-            yield replace(record, step=value, replaces=replaces, scheme_changed=self._scheme_change(value, record))
+            yield replace(
+                record,
+                step=value,
+                replaces=replaces,
+                scheme_changed=self._scheme_change(value, record),
+                first_findings=self._first_findings(record),
+            )
+
+    def _first_findings(self, record: StepRecord) -> tuple[str, ...]:
+        """The codes of ``record``'s findings that no step before it had, remembered from now on."""
+        codes = [] if record.report is None else [finding.code for finding in record.report.findings]
+        new = tuple(code for code in dict.fromkeys(codes) if code not in self.found_codes)
+        self.found_codes.update(new)
+        return new
 
     def _scheme_change(self, step: int, record: StepRecord) -> str | None:
         """``scheme changed at step N: was X, now Y`` where the step before this one trained with another scheme."""
