@@ -450,6 +450,7 @@ def audit(
         trained,
         plan.reference,
         info,
+        None if computed.groups is None else (computed.groups.group, computed.groups.count),
     )
     info["device"] = str(encoded.device)
     info["seconds"] = round(time.perf_counter() - started, 6)

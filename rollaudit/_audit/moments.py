@@ -3,18 +3,32 @@
 NeMo-RL forms each member's baseline and std from float32 moments: a 0/1 mask matrix times the rewards and times
 their squares (``torch.matmul``), then ``sqrt((mean of r^2 - mean^2) * n/(n-1))``. Mean of squares minus squared
 mean cancels: for a group of equal rewards that float32 cannot hold exactly (0.3, 0.7) the difference can be a
-few units in the last place instead of 0, a std of ~1e-4 that turns a zero advantage into ~3e-4. Whether it does
-depends on the order of the float32 sums, so the sums here follow that order:
+few units in the last place instead of 0, a std of ~1e-4 that turns a zero advantage into ~3e-4, and for a member
+whose leave-one-out peers share one reward while it does not, a std of rounding noise that blows its advantage up
+to thousands. Whether it does, and by how much, depends on the order of the float32 sums, so the sums here follow
+that order.
 
-the float32 matrix-vector product of PyTorch's CPU build (MKL ``sgemv`` on x86) sums a row of ``N`` terms as a
-sequential head of ``(N - 1) % 4 + 1`` terms that continues as lane 0, then four lanes taking every fourth term
-(lane ``k`` the terms ``h + k, h + k + 4, ...``), combined as ``(lane0 + lane2) + (lane1 + lane3)``. That is
-exact (bit for bit) where ``N`` is a multiple of 4, the usual number of generations per prompt, and on the
-rows of the leading blocks of 4 otherwise; MKL sums the last ``N % 4`` rows of the matrix with other kernels,
-and a GPU run sums in cuBLAS's order, where the values here are within a few units in the last place.
+PyTorch's CPU build computes the ``N x N`` matrix times a vector with MKL's ``sgemv``, which sums the matrix's rows
+with two kernels (read off this build by probing which terms each output adds first; the order does not depend on
+the values, the group's place in the batch or the thread count):
 
-The masked-out term of a leave-one-out row is a 0 in the same place (adding 0 is exact), so a member's own
-lane is summed again without it; the other lanes are the group's. Everything else is the framework's own
+* the rows of the leading blocks of 4 (all rows where ``N`` is a multiple of 4): a sequential head of
+  ``(N - 1) % 4 + 1`` terms that continues as lane 0, then four lanes taking every fourth term (lane ``k`` the
+  terms ``h + k, h + k + 4, ...``), combined as ``(lane0 + lane2) + (lane1 + lane3)``;
+* the last ``N % 4`` rows (1 to 3): a sequential head of the first 4 terms that continues as lane 0, then
+  ``(N - 4) // 8`` passes of 8 terms (none where ``N < 12``) and the ``(N - 4) % 8`` terms left added one by one
+  at the end. The second of three or of two such rows spreads each pass over four lanes (terms ``4 + k`` and
+  ``8 + k`` of a pass to lane ``k``), combined as ``(lane0 + lane2) + (lane1 + lane3)``; the others over eight
+  lanes (term ``4 + k`` of a pass to lane ``k``), combined as
+  ``((lane0 + lane4) + (lane2 + lane6)) + ((lane1 + lane5) + (lane3 + lane7))``.
+
+That is bit for bit this build's order (MKL 2024.2 on x86-64); another MKL version or CPU dispatch, another BLAS,
+or a GPU run (cuBLAS) can sum in another order, where the values here are within a few units in the last place
+except where a std of rounding noise divides (a blow-up's size follows the noise).
+
+The masked-out term of a leave-one-out row is a 0 in the same place (adding 0 is exact), so in the leading
+blocks a member's own lane is summed again without it and the other lanes are the group's; each of the last
+rows is summed on its own with its own term 0. Everything else is the framework's own
 elementwise arithmetic on tensors of its dtype.
 """
 
@@ -27,6 +41,9 @@ from .engine.groups import Segments
 from .schemes import Scheme
 
 LANES = 4
+# The kernel of a matrix's last N % 4 rows: a head of 4 terms, then passes of 8.
+LAST_HEAD = 4
+LAST_PASS = 8
 
 
 def _member_positions(codes: torch.Tensor, order: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,6 +106,71 @@ def _lane_sums(
     return (lanes_of_member[:, 0] + lanes_of_member[:, 2]) + (lanes_of_member[:, 1] + lanes_of_member[:, 3])
 
 
+def _last_rows_sums(
+    terms: torch.Tensor, group: torch.Tensor, place: torch.Tensor, sizes: torch.Tensor, leave_one_out: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(members, their sums) for the members in the last ``N % 4`` places of their group (the matrix's last rows),
+    each sum of its group's ``terms`` (its own a 0 under ``leave_one_out``) in the second kernel's order of the
+    module's docstring, in ``terms``' dtype."""
+    columns = terms.shape[1]
+    device = terms.device
+    size = sizes[group]
+    left = size.remainder(LANES)
+    last = torch.nonzero(place >= size - left).squeeze(1)
+    sums = torch.zeros(last.numel(), columns, dtype=terms.dtype, device=device)
+    if last.numel() == 0:
+        return last, sums
+    # Each group's terms in place order, one after the other.
+    starts = torch.cumsum(sizes, 0) - sizes
+    in_place_order = torch.empty_like(terms)
+    in_place_order[starts[group] + place] = terms
+    last_group, last_place, last_size, last_left = group[last], place[last], size[last], left[last]
+    passes = torch.where(
+        last_size >= LAST_HEAD + LAST_PASS, (last_size - LAST_HEAD).div(LAST_PASS, rounding_mode="floor"), 0
+    )
+    four_lanes = (last_left >= 2) & (last_place == last_size - last_left + 1)
+    # Rows with a similar number of passes side by side as dense rows (up to a power of two passes; the padding
+    # adds exact zeros at the end of each lane), so that a row of m passes costs about m steps.
+    bucket = torch.ceil(torch.log2((passes + 1).to(torch.float64))).to(torch.int64)
+    for level in torch.unique(bucket).tolist():
+        rows = torch.nonzero(bucket == level).squeeze(1)
+        most = (1 << level) - 1 if level > 0 else 0
+        body_end = LAST_HEAD + LAST_PASS * most
+        width = body_end + LAST_PASS - 1  # the terms after the passes are fewer than a pass
+        row_size, row_passes = last_size[rows], passes[rows]
+        # Every (row, term) pair: the term's place q in the group and its column in the dense row.
+        row_of_pair = torch.repeat_interleave(torch.arange(rows.numel(), device=device), row_size)
+        pair_start = torch.cumsum(row_size, 0) - row_size
+        q = torch.arange(row_of_pair.numel(), device=device) - pair_start[row_of_pair]
+        passes_end = LAST_HEAD + LAST_PASS * row_passes[row_of_pair]
+        column = torch.where(q < passes_end, q, q - passes_end + body_end)
+        value = in_place_order[starts[last_group[rows]][row_of_pair] + q]
+        if leave_one_out:
+            value = torch.where((q == last_place[rows][row_of_pair]).unsqueeze(1), 0.0, value)
+        dense = torch.zeros(rows.numel(), width, columns, dtype=terms.dtype, device=device)
+        dense[row_of_pair, column] = value
+        head = torch.zeros(rows.numel(), columns, dtype=terms.dtype, device=device)
+        for at in range(LAST_HEAD):
+            head = head + dense[:, at]
+        body = dense[:, LAST_HEAD:body_end].reshape(rows.numel(), most, LAST_PASS, columns)
+        eight = torch.zeros(rows.numel(), LAST_PASS, columns, dtype=terms.dtype, device=device)
+        eight[:, 0] = head
+        four = eight[:, :LANES].clone()
+        for at in range(most):
+            eight = eight + body[:, at]
+            four = four + body[:, at, :LANES]
+            four = four + body[:, at, LANES:]
+        by_eight = ((eight[:, 0] + eight[:, 4]) + (eight[:, 2] + eight[:, 6])) + (
+            (eight[:, 1] + eight[:, 5]) + (eight[:, 3] + eight[:, 7])
+        )
+        by_four = (four[:, 0] + four[:, 2]) + (four[:, 1] + four[:, 3])
+        total = torch.where(four_lanes[rows].unsqueeze(1), by_four, by_eight)
+        for at in range(body_end, width):
+            total = total + dense[:, at]
+        sums[rows] = total
+    return last, sums
+
+
 def moment_advantages(
     scheme: Scheme,
     groups: Segments,
@@ -111,6 +193,8 @@ def moment_advantages(
     terms = torch.stack([reward, reward.pow(2)], dim=1)
     leave_one_out = scheme.baseline == "leave-one-out"
     sums = _lane_sums(terms, codes, place, sizes, leave_one_out)
+    last, last_sums = _last_rows_sums(terms, codes, place, sizes, leave_one_out)
+    sums[last] = last_sums
     counted = count.to(dtype)[codes] - int(leave_one_out)
     baseline = sums[:, 0] / counted
     variance = sums[:, 1] / counted - baseline.square()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,18 +47,65 @@ class Rows:
         # A row without an advantage of the run's is in no check: no true group, no fit.
         self.advantage = torch.where(self.present, self.advantage, torch.nan)
         self.dtype = recorded_dtype(self.advantage) if self.evidence == "recorded" else self._scheme_dtype()
+
+    def group_rows(self, prompt_groups: tuple[torch.Tensor, int] | None = None) -> None:
+        """Take the audit's own (step, prompt) group codes (gaps allowed) and their count, rather than make them."""
+        self._prompt_groups = prompt_groups
+
+    @cached_property
+    def _grouped(self) -> tuple[torch.Tensor, int]:
         keys = self.enc.prompt.cpu()
         keyed = (keys >= 0) & self.present
-        pairs = self.enc.step.cpu() * (int(keys.max()) + 1 if keys.numel() else 1) + keys
+        given = getattr(self, "_prompt_groups", None)
+        if given is not None:
+            return torch.where(keyed, given[0].cpu(), -1), given[1]
+        pairs = self.step * (int(keys.max()) + 1 if keys.numel() else 1) + keys
         group = torch.full_like(keys, -1)
-        if bool(keyed.any()):
-            uniques, inverse = torch.unique(pairs[keyed], return_inverse=True)
-            group[keyed] = inverse
-            self.groups = uniques.numel()
-        else:
-            self.groups = 0
-        self.group = group  # each row's true (step, prompt) group, -1 without a prompt key
-        self.group_sizes = torch.bincount(group[keyed], minlength=self.groups)
+        uniques, inverse = torch.unique(pairs[keyed], return_inverse=True)
+        group[keyed] = inverse
+        return group, uniques.numel()
+
+    @property
+    def group(self) -> torch.Tensor:
+        """Each row's true (step, prompt) group, -1 without a prompt key or an advantage to check (made on first
+        use: a clean run's checks may never need it)."""
+        return self._grouped[0]
+
+    @group.setter
+    def group(self, value: torch.Tensor) -> None:
+        self._grouped = (value, self._grouped[1])
+
+    @property
+    def groups(self) -> int:
+        """How many group codes there are (gaps allowed)."""
+        return self._grouped[1]
+
+    @cached_property
+    def group_sizes(self) -> torch.Tensor:
+        keyed = self.group >= 0
+        return torch.bincount(self.group[keyed], minlength=self.groups)
+
+    @cached_property
+    def keyed_everywhere(self) -> bool:
+        return self.enc.table.column(PROMPT).null_count == 0
+
+    # The encoded table's tensors the checks read, on the CPU (the audit may have run on a GPU).
+
+    @cached_property
+    def step(self) -> torch.Tensor:
+        return self.enc.step.cpu()
+
+    @cached_property
+    def trajectory(self) -> torch.Tensor:
+        return self.enc.trajectory.cpu()
+
+    @cached_property
+    def batch_rank(self) -> torch.Tensor:
+        return self.enc.batch_rank.cpu()
+
+    @cached_property
+    def step_sizes(self) -> torch.Tensor:
+        return self.enc.step_sizes.cpu()
 
     def _scheme_dtype(self) -> str:
         return self.scheme.dtype if self.scheme is not None else "float64"
@@ -94,13 +142,18 @@ class Rows:
         return float(matched.to(torch.float64).mean()) if matched.numel() else 0.0
 
     def steps_of(self, flagged: torch.Tensor) -> tuple[int, ...]:
-        codes = torch.unique(self.enc.step[flagged]) if not self.enc.single_step else torch.zeros(1, dtype=torch.int64)
+        if not bool(flagged.any()):
+            return ()
         values = np.asarray(self.enc.step_values, dtype=np.int64)
-        return tuple(int(values[code]) for code in codes.tolist()) if bool(flagged.any()) else ()
+        if self.enc.single_step:
+            return (int(values[0]),)
+        codes = torch.nonzero(torch.bincount(self.step[flagged], minlength=self.enc.steps)).flatten()
+        return tuple(int(values[code]) for code in codes.tolist())
 
     def groups_of(self, flagged: torch.Tensor) -> int:
         codes = self.group[flagged]
-        return int(torch.unique(codes[codes >= 0]).numel())
+        codes = codes[codes >= 0]
+        return int((torch.bincount(codes, minlength=self.groups) > 0).sum()) if codes.numel() else 0
 
     def _numbered(self, rows: torch.Tensor) -> np.ndarray:
         numbers = rows.numpy()

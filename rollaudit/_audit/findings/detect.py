@@ -13,7 +13,7 @@ from ..presets import get_scheme
 from .codes import BY_CODE
 from .context import Rows
 from .finding import Finding
-from .laws import UNKNOWN_ESTIMATOR, broken_laws, laws_kept, laws_of_parts
+from .laws import UNKNOWN_ESTIMATOR, broken_laws, laws_of_parts
 from .structure import Hit, known_grouping, search_grouping
 from .values import masked_in_baseline, misaligned, mixed_scales, near_constant, nonfinite, singleton_raw, turn_level
 
@@ -49,6 +49,7 @@ def find(
     present: torch.Tensor | None = None,
     parts: list[Scheme | None] | None = None,
     row_numbers: np.ndarray | None = None,
+    prompt_groups: tuple[torch.Tensor, int] | None = None,
 ) -> list[Finding]:
     """The findings on the audited rows, most severe first.
 
@@ -63,6 +64,7 @@ def find(
     """
     present = torch.ones(int(enc.rows), dtype=torch.bool) if present is None else present
     rows = Rows(enc, table, advantage.to(torch.float64).cpu(), scheme, evidence, present, full, row_numbers)
+    rows.group_rows(prompt_groups)
     hits: list[Hit] = []
     if scheme is None and search:
         candidates = [get_scheme("prompt"), get_scheme("dr-grpo"), *([closest] if closest is not None else [])]
@@ -82,8 +84,10 @@ def find(
     for hit in hits:
         if BY_CODE[hit.code].severity == "error":
             explained |= hit.flagged
-    if not shifted:
-        kept = laws_kept(scheme) if scheme is not None else laws_of_parts(parts) if parts else UNKNOWN_ESTIMATOR
+    # A preset's own advantages keep the laws it declares by construction (tested on random input): the laws are
+    # checked where no preset reproduces the run's recorded advantages.
+    if not shifted and scheme is None:
+        kept = laws_of_parts(parts) if parts else UNKNOWN_ESTIMATOR
         for law, broken in broken_laws(rows.reward, rows.advantage, rows.group, kept, rows.dtype).items():
             left = broken & ~explained
             if law == "law-finite":
@@ -123,11 +127,12 @@ def run_findings(
     trained: TrainedWith,
     reference: str,
     info: dict[str, Any],
+    prompt_groups: tuple[torch.Tensor, int] | None = None,
 ) -> list[Finding]:
     """The findings of one audit: on the run's recorded advantages (``detection`` says which preset they match),
     else on its given or default scheme's (``computed``, by scheme string); where nothing says what it trained
     with, none, and ``info["findings_not_checked"]`` says why. ``every_row``: the table with its untrained rows,
-    where it has some."""
+    where it has some; ``prompt_groups``: the audit's own (step, prompt) group codes and their count, reused."""
     import pyarrow.compute as pc
 
     from ..advice import advice_for
@@ -175,4 +180,5 @@ def run_findings(
         if trained.changed
         else None,
         row_numbers=row_numbers,
+        prompt_groups=prompt_groups,
     )

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from ..._errors import SchemeError
-from ..._table import TRAJECTORY
-from ..schemes import Scheme
+from ..._table import PROMPT, TRAJECTORY
+from ..schemes import Scheme, key_column
 
 if TYPE_CHECKING:
     from .context import Rows
@@ -35,16 +35,25 @@ class Hit(NamedTuple):
     detail: dict
 
 
-def _distinct_per(major: torch.Tensor, minor: torch.Tensor, majors: int) -> torch.Tensor:
-    """Per code of ``major``: how many distinct ``minor`` codes its rows hold."""
-    pairs = torch.unique(major * (int(minor.max()) + 1) + minor)
-    return torch.bincount(torch.div(pairs, int(minor.max()) + 1, rounding_mode="floor"), minlength=majors)
+def _mixed(major: torch.Tensor, minor: torch.Tensor, majors: int) -> torch.Tensor:
+    """Per code of ``major``: whether its rows hold more than one ``minor`` code (a least and a greatest that
+    differ: two passes over the rows, no sort)."""
+    low = torch.full((majors,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(
+        0, major, minor, "amin"
+    )
+    high = torch.full((majors,), -1, dtype=torch.int64).scatter_reduce_(0, major, minor, "amax")
+    return high > low
 
 
-def _contiguous(enc: object, codes: torch.Tensor, count: int) -> bool:
+def _distinct(codes: torch.Tensor, count: int) -> int:
+    """How many distinct codes (of ``count``) occur."""
+    return int((torch.bincount(codes, minlength=count) > 0).sum()) if codes.numel() else 0
+
+
+def _contiguous(rows: Rows, codes: torch.Tensor, count: int) -> bool:
     """Whether the groups are slices, not keys: each a run of consecutive rows in batch order, all of one size n
     but for at most one per step (the last)."""
-    rank = enc.batch_rank  # type: ignore[attr-defined]
+    rank = rows.batch_rank
     low = torch.full((count,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amin")
     high = torch.full((count,), -1, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amax")
     sizes = torch.bincount(codes, minlength=count)
@@ -52,7 +61,7 @@ def _contiguous(enc: object, codes: torch.Tensor, count: int) -> bool:
     if not bool(((high - low + 1)[used] == sizes[used]).all()):
         return False
     _, counts = torch.unique(sizes[used], return_counts=True)
-    return int(counts.sum() - counts.max()) <= int(enc.steps)  # type: ignore[attr-defined]
+    return int(counts.sum() - counts.max()) <= int(rows.enc.steps)
 
 
 def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: int) -> list[Hit]:
@@ -62,15 +71,13 @@ def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: in
         return []
     run, true = codes[keyed], rows.group[keyed]
     at = torch.nonzero(keyed).flatten()
-    prompts_in = _distinct_per(run, true, count)  # per run group: true groups in it
-    groups_of = _distinct_per(true, run, rows.groups)  # per true group: run groups it is cut into
-    merged = prompts_in.index_select(0, run) >= 2
-    split = groups_of.index_select(0, true) >= 2
+    merged = _mixed(run, true, count).index_select(0, run)  # a run group holding several true groups
+    split = _mixed(true, run, rows.groups).index_select(0, true)  # a true group cut into several run groups
     if not bool((merged | split).any()):
         return []
     flagged = torch.zeros(rows.rows, dtype=torch.bool)
     sizes = torch.bincount(codes, minlength=count)
-    step_sizes = rows.enc.step_sizes.index_select(0, rows.enc.step)
+    step_sizes = rows.step_sizes.index_select(0, rows.step)
     whole_step = merged & (sizes.index_select(0, run) == step_sizes[keyed])
     hits = []
     if bool(whole_step.any()):
@@ -81,7 +88,7 @@ def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: in
                 "batch-as-group",
                 flagged.clone(),
                 f"{len(steps):,} step{'s' if len(steps) != 1 else ''} centred as one group over "
-                f"{int(prompts_in[torch.unique(run[whole_step])].sum()):,} prompts ({int(whole_step.sum()):,} rows)",
+                f"{_distinct(true[whole_step], rows.groups):,} prompts ({int(whole_step.sum()):,} rows)",
                 {"steps": list(steps)},
             )
         )
@@ -92,15 +99,15 @@ def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: in
     flagged = torch.zeros(rows.rows, dtype=torch.bool)
     flagged[at[rest]] = True
     by_trajectory = scheme.groups == "prompt" and scheme.group_by == TRAJECTORY
-    sliced = scheme.groups in ("positional", "legacy") or _contiguous(rows.enc, codes, count)
-    prompts = int(torch.unique(true[rest]).numel())
+    sliced = scheme.groups in ("positional", "legacy") or _contiguous(rows, codes, count)
+    prompts = _distinct(true[rest], rows.groups)
     if by_trajectory:
         hits.append(
             Hit(
                 "per-trajectory-key",
                 flagged,
                 f"grouped by the trajectory: {prompts:,} prompts' samples cut into "
-                f"{int(groups_of[torch.unique(true[rest])].sum()):,} one-trajectory groups ({int(rest.sum()):,} rows)",
+                f"{_distinct(run[rest], count):,} one-trajectory groups ({int(rest.sum()):,} rows)",
                 {},
             )
         )
@@ -109,7 +116,7 @@ def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: in
             Hit(
                 "straddling-slices",
                 flagged,
-                f"{int(torch.unique(run[rest]).numel()):,} slices of consecutive rows straddle {prompts:,} prompts "
+                f"{_distinct(run[rest], count):,} slices of consecutive rows straddle {prompts:,} prompts "
                 f"({int(rest.sum()):,} rows)",
                 {"n": scheme.n} if scheme.n else {},
             )
@@ -119,8 +126,8 @@ def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: in
             Hit(
                 "key-splits-prompts",
                 flagged,
-                f"the group key cuts {prompts:,} prompts: {int(torch.unique(true[split]).numel()):,} split over "
-                f"several groups, {int(torch.unique(run[merged]).numel()):,} groups holding several prompts "
+                f"the group key cuts {prompts:,} prompts: {_distinct(true[split], rows.groups):,} split over "
+                f"several groups, {_distinct(run[merged], count):,} groups holding several prompts "
                 f"({int(rest.sum()):,} rows)",
                 {"key": scheme.framework_key or scheme.group_by},
             )
@@ -149,6 +156,8 @@ def known_grouping(rows: Rows, scheme: Scheme) -> list[Hit]:
     """The grouping defects of the run's own scheme on these rows."""
     from ..engine.groups import grouping_of, ungrouped_rows
 
+    if scheme.groups == "prompt" and key_column(scheme, rows.table.column_names) == PROMPT and rows.keyed_everywhere:
+        return []  # its groups are the true groups themselves
     try:
         grouping = grouping_of(rows.enc, scheme)
     except SchemeError:  # a scheme that cannot group these rows made no advantages either
@@ -156,8 +165,8 @@ def known_grouping(rows: Rows, scheme: Scheme) -> list[Hit]:
     tail = torch.zeros(rows.rows, dtype=torch.bool)
     ungrouped = ungrouped_rows(rows.enc, scheme)
     if ungrouped is not None:
-        tail[ungrouped] = True
-    codes = grouping.codes if grouping.codes.numel() == rows.rows else torch.zeros(rows.rows, dtype=torch.int64)
+        tail[ungrouped.cpu()] = True
+    codes = grouping.codes.cpu() if grouping.codes.numel() == rows.rows else torch.zeros(rows.rows, dtype=torch.int64)
     hits = tail_rows(rows, scheme, tail)
     return hits + compare_groupings(_without(rows, tail), scheme, codes, max(grouping.count, 1))
 
@@ -167,6 +176,7 @@ def _without(rows: Rows, left_out: torch.Tensor) -> Rows:
     if not bool(left_out.any()):
         return rows
     view = copy.copy(rows)
+    view.__dict__.pop("group_sizes", None)  # made of the rows' groups, not the view's
     view.group = torch.where(left_out, -1, rows.group)
     return view
 
@@ -202,14 +212,14 @@ def _batch_steps(rows: Rows) -> list[Hit]:
         values = rows.values_of(scheme)
         if values is None:
             continue
-        missed = ~rows.matches(values)
-        step = rows.enc.step
-        steps = rows.enc.steps
-        missed_per_step = torch.bincount(step[missed], minlength=steps) if bool(missed.any()) else torch.zeros(steps)
-        prompts = _distinct_per(step[rows.group >= 0], rows.group[rows.group >= 0], steps) if rows.groups else None
-        if prompts is None:
+        if not rows.groups:
             return []
-        fitted = (missed_per_step == 0) & (prompts >= 2)
+        missed = rows.present & ~rows.matches(values)
+        step, steps = rows.step, rows.enc.steps
+        missed_per_step = torch.bincount(step[missed], minlength=steps)
+        keyed = rows.group >= 0
+        several = _mixed(step[keyed], rows.group[keyed], steps)  # a step of several prompts
+        fitted = (missed_per_step == 0) & several
         if bool(fitted.any()):
             return compare_groupings(_without(rows, ~fitted.index_select(0, step)), scheme, step, steps)
     return []
@@ -235,13 +245,13 @@ def _slice_fits(rows: Rows) -> list[Hit]:
             tail = torch.zeros(rows.rows, dtype=torch.bool)
             ungrouped = ungrouped_rows(rows.enc, scheme)
             if ungrouped is not None:
-                tail[ungrouped] = True
+                tail[ungrouped.cpu()] = True
             matched = rows.matches(values)
             if rows.share(matched[~tail]) < ALMOST_ALL or rows.share(matched) < ALMOST_ALL:
                 continue
             grouping = grouping_of(rows.enc, scheme)
             hits = tail_rows(rows, scheme, tail)
-            hits += compare_groupings(_without(rows, tail), scheme, grouping.codes, grouping.count)
+            hits += compare_groupings(_without(rows, tail), scheme, grouping.codes.cpu(), grouping.count)
             if hits:
                 return hits
     return []
@@ -250,19 +260,19 @@ def _slice_fits(rows: Rows) -> list[Hit]:
 def _by_trajectory(rows: Rows) -> list[Hit]:
     if rows.enc.trajectory_count == 0 or not rows.groups:
         return []
-    keyed = (rows.group >= 0) & (rows.enc.trajectory >= 0)
+    keyed = (rows.group >= 0) & (rows.trajectory >= 0)
     if not bool(keyed.any()):
         return []
-    trajectories = _distinct_per(rows.group[keyed], rows.enc.trajectory[keyed], rows.groups)
-    if not bool((trajectories >= 2).any()):
-        return []
+    if not bool(_mixed(rows.group[keyed], rows.trajectory[keyed], rows.groups).any()):
+        return []  # no prompt holds several trajectories
     for singleton in ("zero", "raw", "nan"):
         for scale in ("std", "none"):
             scheme = Scheme(group_by=TRAJECTORY, singleton=singleton, scale=scale)
             values = rows.values_of(scheme)
             if values is None or rows.share(rows.matches(values)) < ALMOST_ALL:
                 continue
-            return compare_groupings(rows, scheme, rows.enc.trajectory.clamp_min(0), max(rows.enc.trajectory_count, 1))
+            trajectory = rows.trajectory.clamp_min(0)
+            return compare_groupings(rows, scheme, trajectory, max(rows.enc.trajectory_count, 1))
     return []
 
 
@@ -379,7 +389,7 @@ def key_fits(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
         codes = torch.unique(rows.group[missed])
         member = rows.present & torch.isfinite(rows.reward)
         groups = [torch.nonzero(member & (rows.group == code)).flatten().numpy() for code in codes.tolist()]
-        steps = [int(rows.enc.step[int(rows_of[0])]) if len(rows_of) else -1 for rows_of in groups]
+        steps = [int(rows.step[int(rows_of[0])]) if len(rows_of) else -1 for rows_of in groups]
         split = _split_groups(rows, scheme, groups)
         rest = [index for index in range(len(groups)) if index not in set(split)]
         merged = [

@@ -61,17 +61,17 @@ def nonfinite(rows: Rows, scheme: Scheme | None) -> list[Hit]:
 
 def singleton_raw(rows: Rows) -> list[Hit]:
     """One-sample (or one-trajectory) groups whose advantage is their reward, r or r / (1 + eps), not 0."""
-    keyed = rows.group >= 0
-    if not bool(keyed.any()):
-        return []
-    alone = torch.zeros(rows.rows, dtype=torch.bool)
-    alone[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]) == 1
-    if rows.enc.trajectory_count:
-        trajectory = rows.enc.trajectory.to(torch.float64)
-        one = _per_group(rows, trajectory, "amin", math.inf) == _per_group(rows, trajectory, "amax", -math.inf)
-        alone[keyed] |= one.index_select(0, rows.group[keyed]) & (rows.enc.trajectory[keyed] >= 0)
     r, a = rows.reward, rows.advantage
-    raw = alone & (r != 0) & (a != 0) & ((a - r).abs() <= 1e-4 * r.abs().clamp_min(1.0))
+    own_reward = (r != 0) & (a != 0) & ((a - r).abs() <= 1e-4 * r.abs().clamp_min(1.0))
+    if not bool(own_reward.any()):
+        return []  # no advantage is its reward
+    own_reward &= rows.group >= 0
+    raw = torch.zeros(rows.rows, dtype=torch.bool)
+    raw[own_reward] = rows.group_sizes.index_select(0, rows.group[own_reward]) == 1
+    if rows.enc.trajectory_count:
+        trajectory = rows.trajectory.to(torch.float64)
+        one = _per_group(rows, trajectory, "amin", math.inf) == _per_group(rows, trajectory, "amax", -math.inf)
+        raw[own_reward] |= one.index_select(0, rows.group[own_reward]) & (rows.trajectory[own_reward] >= 0)
     if not bool(raw.any()):
         return []
     return [
@@ -114,8 +114,8 @@ def _peer_spread(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
 def near_constant(rows: Rows) -> list[Hit]:
     """Rows whose peers in the group (the others: their leave-one-out statistics) hold one reward to a float32
     trainer, with |A| far beyond what any std-scaled group of their size can have: a std of rounding noise."""
-    if not rows.groups:
-        return []
+    if not bool((rows.advantage.abs() > BLOWUP).any()) or not rows.groups:
+        return []  # no |A| beyond the least limit: nothing blew up
     spread, magnitude = _peer_spread(rows)
     constant = spread <= NEAR_CONSTANT_ULPS * 2.0**-23 * magnitude
     keyed = rows.group >= 0
@@ -199,7 +199,7 @@ def masked_in_baseline(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
     for scheme in candidates:
         on_trained = rows.values_of(scheme)
         try:
-            with_untrained = advantages(everything, scheme).to(torch.float64)[torch.from_numpy(trained)]
+            with_untrained = advantages(everything, scheme).to(torch.float64).cpu()[torch.from_numpy(trained)]
         except SchemeError:  # a scheme that cannot run on every row is no candidate
             continue
         if rows.share(rows.matches(with_untrained)) < ALMOST_ALL:
