@@ -4,7 +4,7 @@ file -> loader -> Arrow table -> recompute (torch) -> metrics -> report -> rende
 ``rollaudit`` are those stages, in this order (:data:`LAYERS`). Every ``import`` counts, at any depth (an import
 inside a function runs too), except those under ``if TYPE_CHECKING:`` (never run) and inside the notebook's
 ``_repr_*`` hooks, each listed in :data:`DISPLAY_HOOKS` (a Report shows itself in a notebook through the HTML
-renderer, imported when it is shown). Module sizes are held here as well.
+renderer, imported when it is shown). Module sizes, and how many modules a folder holds, are held here as well.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ LAYERS = (
 """Stages, earliest first: a module may import modules of its own stage and of earlier ones. ``api`` is the
 package's public face (``import rollaudit``), which the command line is a thin layer over."""
 MAX_MODULE_LINES = 700
+MAX_FOLDER_MODULES = 15
 DISPLAY_HOOKS = {("rollaudit._audit.report", "Report._repr_html_"): {"rollaudit._render.html"}}
 """The one way back up the stages, and what each hook may import: a notebook asks a Report for its HTML, and the
 renderer makes it. Nothing else in the package imports at display time."""
@@ -67,6 +68,17 @@ ROOMS = {
         "rollaudit._loaders.arrow",
     ),
     "rollaudit._audit.engine": ("rollaudit._table", "rollaudit._audit.schemes"),
+    "rollaudit._render.dashboards": (
+        "rollaudit._version",
+        "rollaudit._audit.metric_names",
+        "rollaudit._audit.trained",
+        "rollaudit._audit.report",
+        "rollaudit._watch.records",
+        "rollaudit._render.text",
+        "rollaudit._render.trend",
+        "rollaudit._render.markdown",
+        "rollaudit._render.html",
+    ),
 }
 """Rooms inside a stage, and what each may import besides itself and ``rollaudit._errors``: the safe torch.save
 reader knows no format, the Arrow readers no format either (their shared-memory files are swept as the output
@@ -74,7 +86,9 @@ temporaries are), a format plug-in knows the readers it uses and the interface, 
 through the registry alone, reads cache entries through the capped Arrow reader (they are untrusted too) and
 keeps pandas out of its worker processes, and
 the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
-metrics or the report built on it."""
+metrics or the report built on it; the dashboards (TensorBoard, W&B, the watch's lines and page) know the step
+records and the report's names, and lay them out with the renderers' shared pieces (text, trend, Markdown, the
+HTML page)."""
 
 
 def module_name(path: Path) -> str:
@@ -276,6 +290,16 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_module_is_over_700_lines(module):
     lines = MODULES[module].read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines"
+
+
+FOLDERS = sorted({path.parent for path in MODULES.values()})
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[str(folder.relative_to(PACKAGE.parent)) for folder in FOLDERS])
+def test_no_folder_holds_over_15_modules(folder):
+    """A folder of more modules is split into rooms: a reader finds a module among a few."""
+    modules = sorted(path.name for path in folder.glob("*.py"))
+    assert len(modules) <= MAX_FOLDER_MODULES, f"{folder.relative_to(PACKAGE.parent)} holds {len(modules)}: {modules}"
 
 
 def test_a_loader_is_a_module_and_one_registry_line():

@@ -18,7 +18,7 @@ from .options import DashboardOptions
 
 if TYPE_CHECKING:
     from .._audit.report import Report
-    from .._render.dashboard import StepScalars
+    from .._render.dashboards.dashboard import StepScalars
 
 
 def run_name(inputs: Sequence[str | Path]) -> str:
@@ -41,13 +41,13 @@ class Dashboards:
         self._last_text: list[dict[str, str]] = []
         self._event_log: dict[str, str] | None = None
         if options.tensorboard is not None:
-            from .._render.tensorboard_events import EventFile, check_directory
+            from .._render.dashboards.tensorboard_events import EventFile, check_directory
 
             self.writers.append(EventFile(check_directory(options.tensorboard)))
             self._event_log = {}
             self._last_text.append(self._event_log)
         if options.wandb_project is not None:
-            from .._render.wandb_run import WandbRun
+            from .._render.dashboards.wandb_run import WandbRun
 
             def started(line: str) -> None:
                 echo_status(line, quiet)
@@ -59,7 +59,7 @@ class Dashboards:
         """Go on from an earlier watch of the run (its ``--jsonl`` records): the event log, which TensorBoard reads
         with the earlier watch's, does not say the run's scheme again where it has not changed. A W&B run is new:
         it says it at its first step."""
-        from .._render.dashboard import SCHEME_TAG, recorded_scheme_text
+        from .._render.dashboards.dashboard import SCHEME_TAG, recorded_scheme_text
 
         scheme = recorded_scheme_text(records)
         if self._event_log is not None and scheme is not None:
@@ -73,7 +73,7 @@ class Dashboards:
 
     def write(self, step: StepScalars) -> None:
         """One step on every dashboard; a text (the run's scheme) only where it changed on that dashboard."""
-        from .._render.dashboard import StepScalars
+        from .._render.dashboards.dashboard import StepScalars
 
         for writer, last in zip(self.writers, self._last_text, strict=True):
             texts = {tag: text for tag, text in step.texts.items() if last.get(tag) != text}
@@ -82,7 +82,7 @@ class Dashboards:
 
     def write_report(self, report: Report) -> None:
         """Every step of ``report``, in step order."""
-        from .._render.dashboard import report_scalars
+        from .._render.dashboards.dashboard import report_scalars
 
         for step in report_scalars(report):
             self.write(step)

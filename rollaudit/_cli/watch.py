@@ -141,7 +141,7 @@ def watch(
 
     from .._gate.config import gate_config, load_gate_config
     from .._output import check_writable, write_atomic
-    from .._render.watch import render_watch_html, step_line, summary_lines
+    from .._render.dashboards.watch import render_watch_html, step_line, summary_lines
     from .._watch.records import StepPoint, latest_points
 
     config = gate_config(load_gate_config(path=config_file, start_dir="."), **rules)

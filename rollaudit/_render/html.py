@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import visible
 from .._version import __version__
+from .findings import change_items, example_line, finding_line, findings_heading, named_rows, not_checked, ordered
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
-    advice_lines,
     count,
     counts_line,
     found_lines,
@@ -49,6 +49,7 @@ from .trend import has_trend, trend_lines, trend_section
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .._audit.findings.finding import Finding
     from .._audit.report import Report
 
 _STYLE = """
@@ -81,6 +82,9 @@ _STYLE = """
 .rollaudit table.sortable th button{all:unset;cursor:pointer}
 .rollaudit table.sortable th button::after{content:" \\2195";color:var(--muted)}
 .rollaudit .histograms{display:flex;flex-wrap:wrap;gap:1.5em}
+.rollaudit .findings li.error .severity{color:var(--bad)}.rollaudit .findings li.warning .severity{color:var(--warn)}
+.rollaudit tr.finding td,.rollaudit tr.finding td:first-child{background:#fbe9e5}
+.rollaudit td.finding-mark{color:var(--bad);font-weight:600}
 .rollaudit footer{margin-top:2em;color:var(--muted);font-size:.85em}
 @container (max-width:1000px){.rollaudit table{font-size:.93em}
  .rollaudit th,.rollaudit td{padding:.2em .35em}}
@@ -138,16 +142,20 @@ def table(
     sortable: bool = False,
     row_classes: Sequence[str] = (),
     cell_classes: Sequence[Sequence[str]] = (),
+    row_titles: Sequence[str] = (),
 ) -> str:
-    """A table in its own scrolling box; ``sortable`` ones get the script's sort buttons."""
+    """A table in its own scrolling box; ``sortable`` ones get the script's sort buttons; a row's title shows
+    where the pointer rests on it."""
     body = []
     for index, row in enumerate(rows):
         classes = row_classes[index] if index < len(row_classes) else ""
+        title = row_titles[index] if index < len(row_titles) else ""
         cells = []
         for position, cell in enumerate(row):
             css = cell_classes[index][position] if index < len(cell_classes) else ""
             cells.append(f"<td{f' class={css!r}' if css else ''}>{text(cell)}</td>")
-        body.append(f"<tr{f' class={classes!r}' if classes else ''}>{''.join(cells)}</tr>")
+        attributes = (f" class={classes!r}" if classes else "") + (f" title='{text(title)}'" if title else "")
+        body.append(f"<tr{attributes}>{''.join(cells)}</tr>")
     kind = " class='sortable'" if sortable else ""
     head = "".join(_header_cell(name) for name in header)
     return (
@@ -155,9 +163,30 @@ def table(
     )
 
 
+def _findings(report: Report) -> str:
+    """``Findings:`` and an item a finding, its severity and code marked; nothing where there is nothing to say."""
+    heading = findings_heading(report)
+    if heading is None:
+        return ""
+    if not report.findings:
+        return f"<p class='findings-not-checked'><b>Findings:</b> {text(heading.removeprefix('Findings: '))}</p>"
+    items = []
+    for finding in ordered(report):
+        rest = finding_line(finding).removeprefix(f"{finding.severity} {finding.code}")
+        example = example_line(finding)
+        items.append(
+            f"<li class={finding.severity!r}><b class='severity'>{text(finding.severity)}</b> {_code(finding.code)}"
+            f"{text(rest)}" + (f"<br><span class='muted'>{text(example)}</span>" if example else "") + "</li>"
+        )
+    reason = not_checked(report)
+    if reason:
+        items.append(f"<li class='muted'>not checked: {text(reason)}</li>")
+    return f"<p><b>Findings:</b></p><ul class='findings'>{''.join(items)}</ul>"
+
+
 def _verdict(report: Report) -> str:
     lines = verdicts(report)
-    clean = all(line.split(": ", 1)[1].startswith("same signs") for line in lines)
+    clean = not report.findings and all(line.split(": ", 1)[1].startswith("same signs") for line in lines)
     items = "".join(
         f"<li><b>{text(scheme)}</b>: {text(rest)}</li>" for scheme, _, rest in (line.partition(": ") for line in lines)
     )
@@ -166,12 +195,15 @@ def _verdict(report: Report) -> str:
     title_html = text(title).replace("\\x00", "<code>").replace("\\x01", "</code>")
     rounding = rounding_line(report)
     by_part = "".join(f"<li>{text(line)}</li>" for line in part_lines(report))
-    advice = "".join(f"<li>{text(line)}</li>" for line in advice_lines(report))
+    advice = "".join(
+        f"<li>{text(change)}</li>" if name is None else f"<li>{_code(name)}: {text(change)}</li>"
+        for name, change in change_items(report)
+    )
     unaudited = "".join(
         f"<li>{', '.join(map(_code, schemes))}: {text(reason)}</li>" for schemes, reason in not_auditable_groups(report)
     )
     return (
-        f"<section class='verdict{' clean' if clean else ''}'><p><b>{title_html}</b></p>"
+        f"<section class='verdict{' clean' if clean else ''}'>{_findings(report)}<p><b>{title_html}</b></p>"
         f"<p class='muted'>{text(trained_why(report))}</p>"
         + (f"<ul class='parts'>{by_part}</ul>" if by_part else "")
         + f"<ul>{items}</ul>"
@@ -268,11 +300,12 @@ def _prompts(report: Report, top: int) -> str:
     )
 
 
-def _scatter(svgs: Mapping[str, tuple[str, list[str]]]) -> str:
+def _scatter(svgs: Mapping[str, tuple[str, list[str]]], ringed: bool = False) -> str:
+    """The sample-by-sample panels; ``ringed`` where rings mark the samples a finding names."""
     caption = (
         "Each sample's advantage under a scheme against the reference's. Red crosses: reversed; "
         "yellow triangles: invented (the reference gives 0); blue: lost (the scheme gives 0); grey: same sign."
-    )
+    ) + (" Black rings: the samples a finding names, its code in the legend." if ringed else "")
     figure = _figure(svgs, "advantage_scatter", caption)
     distribution = _figure(
         svgs,
@@ -307,7 +340,8 @@ def report_body(report: Report, load: Mapping[str, Any] | None = None, top: int 
         _metrics(report),
         _recorded(report),
         _histograms(report, svgs),
-        _scatter(svgs),
+        _scatter(svgs, ringed=bool(named_rows(report))),
+        _named_samples(report),
         _steps(report, top, svgs),
         _prompts(report, top),
     ]
@@ -329,19 +363,75 @@ def page(title: str, body: str) -> str:
     )
 
 
-def prompt_section(view: pd.DataFrame) -> str:
-    """One prompt's samples (``Report.prompt``): a heading and a sortable table."""
-    from .prompt_view import view_header, view_rows, view_title
+# The mark of a row a finding names, before its codes: seen at a glance in a column of numbers.
+FINDING_MARK = "◆"
 
-    return f"<h2>{text(view_title(view))}</h2>{table(view_header(view), view_rows(view), sortable=True)}"
+
+def _samples_table(
+    view: pd.DataFrame, rows: Sequence[int] = (), named: Mapping[int, Sequence[Finding]] | None = None
+) -> str:
+    """A prompt's samples as a sortable table; where a finding names some of them (``rows``: each sample's row
+    number, ``named``: the findings by row), a ``finding`` column marks those with their codes, their row (class
+    ``finding``) says the findings where the pointer rests, and a ``row`` column numbers every sample."""
+    from .prompt_view import view_header, view_rows
+
+    header, cells = view_header(view), view_rows(view)
+    named = named or {}
+    if not any(row in named for row in rows):
+        return table(header, cells, sortable=True)
+    marks = [named.get(row, ()) for row in rows]
+    body = [
+        [f"{FINDING_MARK} {', '.join(finding.code for finding in found)}" if found else "", f"{row + 1}", *sample]
+        for row, found, sample in zip(rows, marks, cells, strict=True)
+    ]
+    legend = (
+        f"<p class='muted'>{FINDING_MARK} marks the samples a finding names (its line shows where the pointer rests "
+        "on the row); rows count from 1, as in the findings' lines.</p>"
+    )
+    return legend + table(
+        ["finding", "row", *header],
+        body,
+        sortable=True,
+        row_classes=["finding" if found else "" for found in marks],
+        cell_classes=[["finding-mark" if found else "", *([""] * (len(header) + 1))] for found in marks],
+        row_titles=["; ".join(finding_line(finding) for finding in found) for found in marks],
+    )
+
+
+def prompt_section(
+    view: pd.DataFrame, rows: Sequence[int] = (), named: Mapping[int, Sequence[Finding]] | None = None
+) -> str:
+    """One prompt's samples (``Report.prompt``): a heading and a sortable table, the samples a finding names
+    marked (see :func:`_samples_table`)."""
+    from .prompt_view import view_title
+
+    return f"<h2>{text(view_title(view))}</h2>{_samples_table(view, rows, named)}"
+
+
+def _named_samples(report: Report) -> str:
+    """Each finding's first example: its prompt's samples at its step, the rows the finding names marked."""
+    from .prompt_view import example_view, view_title
+
+    named = named_rows(report)
+    parts = []
+    for finding in ordered(report):
+        shown = example_view(report, finding.examples[0]) if finding.examples else None
+        if shown is None:
+            continue
+        view, rows = shown
+        title = f"{finding.severity} {finding.code}, e.g. {view_title(view)}"
+        parts.append(f"<p><b>{text(title)}</b></p>{_samples_table(view, rows, named)}")
+    return f"<h2>Samples the findings name</h2>{''.join(parts)}" if parts else ""
 
 
 def render_html(report: Report, load: Mapping[str, Any], top: int = 10, prompt: str | None = None) -> str:
     """The whole page of ``rollaudit compare --html``; ``prompt``: a key whose samples follow the report."""
+    from .prompt_view import view_positions
+
     title = f"rollaudit: {source_line(load)}" if load.get("files") else "rollaudit report"
     body = report_body(report, load, top)
     if prompt is not None:
-        body += prompt_section(report.prompt(prompt))
+        body += prompt_section(report.prompt(prompt), view_positions(report, prompt), named_rows(report))
     return page(title, body)
 
 

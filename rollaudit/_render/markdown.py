@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import log_safe, visible
+from .findings import change_items, example_text, findings_heading, not_checked, ordered
 from .text import (
     HISTOGRAM_TITLES,
     METRIC_COLUMNS,
-    advice_lines,
     count,
     counts_line,
     files_label,
@@ -100,6 +100,31 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: 
     return "\n".join(lines)
 
 
+def findings_section(report: Report) -> list[str]:
+    """``### Findings``: a row a finding (severity, code, summary, rows, reference), most severe first, then each
+    finding's first example; one line where the findings could not be checked; nothing where there is nothing to
+    say. Its lines end with a blank one."""
+    heading = findings_heading(report)
+    if heading is None:
+        return []
+    if not report.findings:
+        return [markdown_text(heading), ""]
+    findings = ordered(report)
+    rows = [
+        [finding.severity, code(finding.code), finding.summary, f"{finding.rows:,}", finding.reference]
+        for finding in findings
+    ]
+    align = ["left", "left", "left", "right", "left"]
+    lines = ["### Findings", "", markdown_table(["severity", "code", "summary", "rows", "reference"], rows, align), ""]
+    examples = [(finding.code, finding.examples[0]) for finding in findings if finding.examples]
+    if examples:
+        lines += [f"- {code(name)}: e.g. {markdown_text(example_text(example))}" for name, example in examples] + [""]
+    reason = not_checked(report)
+    if reason:
+        lines += [f"Not checked: {markdown_text(reason)}", ""]
+    return lines
+
+
 def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> str:
     """The Markdown report of ``rollaudit compare --markdown``."""
     files = load.get("files", [])
@@ -108,7 +133,8 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     lines.append(counts_line(report, load) + ("  " if found_lines(report) else ""))
     lines += [markdown_text(line) + "  " for line in found_lines(report)]
     lines[-1] = lines[-1].rstrip()
-    lines += ["", f"**{verdict_title(report, code=code)}**", "", markdown_text(trained_why(report)), ""]
+    lines += ["", *findings_section(report)]
+    lines += [f"**{verdict_title(report, code=code)}**", "", markdown_text(trained_why(report)), ""]
     by_part = part_lines(report)
     if by_part:
         lines += [*(f"- {markdown_text(line)}" for line in by_part), ""]
@@ -120,9 +146,12 @@ def render_markdown(report: Report, load: Mapping[str, Any], top: int = 5) -> st
     rounding = rounding_line(report)
     if rounding is not None:
         lines += [markdown_text(rounding), ""]
-    advice = advice_lines(report)
+    advice = [
+        f"- {markdown_text(change)}" if name is None else f"- {code(name)}: {markdown_text(change)}"
+        for name, change in change_items(report)
+    ]
     if advice:
-        lines += ["**What to change**", "", *(f"- {markdown_text(line)}" for line in advice), ""]
+        lines += ["**What to change**", "", *advice, ""]
     unaudited = report.not_auditable
     if unaudited:
         lines += ["**Not auditable on this dump**", ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .._errors import UsageError
 from .._output import write_atomic
+from .findings import ordered
 from .text import HISTOGRAM_TITLES, percent
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ POINT_KINDS = (
     ("invented", "invented (reference 0, scheme ≠ 0)", "#ddaa33", "^"),
     ("reversed", "reversed (+ became − or back)", "#cc3311", "X"),
 )
+# The samples a finding's examples name, ringed over the points: one marker a finding, in the legend by its code.
+FINDING_MARKERS = ("o", "s", "D", "p", "h")
 FILES = {
     "group_sizes": "group_sizes.png",
     "advantage_scatter": "advantage_scatter.png",
@@ -172,11 +176,23 @@ def _compared_columns(report: Report, advantages: Mapping[str, np.ndarray]) -> l
     return others or [report.reference]
 
 
+def named_samples(report: Report, samples: int) -> list[tuple[str, np.ndarray]]:
+    """``(code, row numbers)`` of each finding whose examples name rows of the ``samples`` drawn, most severe
+    first."""
+    named = []
+    for finding in ordered(report):
+        rows = {row for example in finding.examples for row in example.rows if 0 <= row < samples}
+        if rows:
+            named.append((finding.code, np.array(sorted(rows), dtype=np.int64)))
+    return named
+
+
 def _scatter_panels(report: Report, advantages: Mapping[str, np.ndarray]) -> tuple[str, list[Callable[[Axes], None]]]:
     """The scatter's title and one panel a compared scheme."""
     reference = report.reference
     x_all = np.asarray(advantages[reference], dtype=np.float64)
     x, stride = _every_nth(x_all, MAX_SCATTER_POINTS)
+    named = named_samples(report, len(x_all))
 
     def panel(scheme: str) -> Callable[[Axes], None]:
         def draw(axis: Axes) -> None:
@@ -196,6 +212,18 @@ def _scatter_panels(report: Report, advantages: Mapping[str, np.ndarray]) -> tup
                     edgecolors="none",
                     rasterized=len(x) > MAX_VECTOR_POINTS,
                     label=f"{label}: {int(counted[kind].sum()):,}",
+                )
+            # Every named sample, however the points above were thinned: there are a few of them.
+            for (code, rows), marker in zip(named, itertools.cycle(FINDING_MARKERS)):
+                axis.scatter(
+                    x_all[rows],
+                    y_all[rows],
+                    marker=marker,
+                    s=60,
+                    facecolors="none",
+                    edgecolors="black",
+                    linewidths=1.0,
+                    label=f"named by {code}: {len(rows):,}",
                 )
             finite = np.concatenate([x[np.isfinite(x)], y[np.isfinite(y)]])
             low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)

@@ -13,12 +13,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._json import json_value
-from .._table import ADVANTAGE_PREFIX, REWARD, STEP, TRAJECTORY
+from .._table import ADVANTAGE_PREFIX, PROMPT, REWARD, STEP, TRAJECTORY, key_matches
 from .text import NOT_AVAILABLE, key_text, number, plural, steps_label
 
 if TYPE_CHECKING:
     import pandas as pd
     from rich.console import RenderableType
+
+    from .._audit.findings.finding import Example
+    from .._audit.report import Report
 
 JSON_KEY = "prompt"
 """The key of the view in the ``compare --json`` document."""
@@ -78,6 +81,36 @@ def view_rows(view: pd.DataFrame) -> list[list[str]]:
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or type(value).__name__ == "NAType"
+
+
+def view_positions(report: Report, key: str | int) -> list[int]:
+    """The row numbers (0-based, of the audited table) of the samples ``report.prompt(key)`` shows, in its order:
+    the rows of the kept advantages it selects, which are the audited table's."""
+    import numpy as np
+
+    advantages = report.advantages
+    if advantages is None:
+        return []
+    selected = key_matches(advantages.column(PROMPT), key).to_numpy(zero_copy_only=False)
+    return np.flatnonzero(selected).tolist()
+
+
+def example_view(report: Report, example: Example) -> tuple[pd.DataFrame, list[int]] | None:
+    """The samples of an example's prompt at its step, as ``report.prompt`` shows them, and their row numbers;
+    None where the report kept no advantages or holds no such prompt."""
+    from .._errors import UsageError
+
+    if report.advantages is None:
+        return None
+    try:
+        view = report.prompt(example.prompt)
+    except UsageError:  # a key no sample holds (or none at all): nothing to show
+        return None
+    positions = view_positions(report, example.prompt)
+    at_step = (view[STEP] == example.step).to_numpy(dtype=bool, na_value=False)
+    shown = view[at_step]
+    shown.attrs.update(view.attrs)
+    return shown, [position for position, kept in zip(positions, at_step, strict=True) if kept]
 
 
 def prompt_renderable(view: pd.DataFrame) -> RenderableType:

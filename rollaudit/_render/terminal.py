@@ -20,11 +20,11 @@ from rich.text import Text
 from .._audit.report import RECORDED_ROW
 from .._errors import log_safe, visible
 from .distributions import distribution_lines
+from .findings import change_lines, example_line, finding_line, findings_heading, not_checked, ordered
 from .text import (
     HISTOGRAM_TITLES,
     KEY_WIDTH,
     METRIC_COLUMNS,
-    advice_lines,
     count,
     counts_line,
     files_label,
@@ -290,9 +290,35 @@ def _recorded_renderables(report: Report) -> list[RenderableType]:
     return [sentence, Text(""), table]
 
 
+_SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "note": "bold"}
+
+
+def _findings(report: Report) -> list[RenderableType]:
+    """``Findings:`` and a line a finding (severity, code, summary, reference), its first example indented under
+    it, then a blank line; nothing where the report has nothing to say of findings."""
+    heading = findings_heading(report)
+    if heading is None:
+        return []
+    title = Text(heading, style="bold")
+    if not report.findings:
+        title.stylize("yellow", len("Findings: "))
+        return [title, Text("")]
+    parts: list[RenderableType] = [title]
+    for finding in ordered(report):
+        line = Text(f"- {finding_line(finding)}")
+        line.stylize(_SEVERITY_STYLES[finding.severity], 2, 2 + len(finding.severity))
+        line.stylize("bold", 3 + len(finding.severity), 3 + len(finding.severity) + len(finding.code))
+        example = example_line(finding)
+        parts += [line, *([Text(f"  {example}", style="dim")] if example else [])]
+    reason = not_checked(report)
+    if reason:
+        parts.append(Text(f"- not checked: {reason}", style="yellow"))
+    return [*parts, Text("")]
+
+
 def _verdict(report: Report) -> RenderableType:
-    """The verdict: what the run trained with, its scheme against the reference, then the other schemes; what
-    to change, and what this dump cannot audit."""
+    """The verdict: the findings, then what the run trained with, its scheme against the reference, then the other
+    schemes; what to change, and what this dump cannot audit."""
     title = Text(verdict_title(report), style="bold")
     trained = report.trained_with
     schemes = [part.scheme for part in trained.parts if part.scheme] if trained.changed else [trained.scheme]
@@ -305,7 +331,7 @@ def _verdict(report: Report) -> RenderableType:
     for line in verdicts(report):
         name, _, rest = line.partition(": ")
         lines.add_row(f"{name}:", rest)
-    parts: list[RenderableType] = [title, Text(trained_why(report), style="dim")]
+    parts: list[RenderableType] = [*_findings(report), title, Text(trained_why(report), style="dim")]
     parts += [Text(f"- {line}") for line in part_lines(report)]
     parts.append(lines)
     if any(": sign changed on " in line for line in verdicts(report)):
@@ -313,7 +339,7 @@ def _verdict(report: Report) -> RenderableType:
     rounding = rounding_line(report)
     if rounding is not None:
         parts.append(Text(rounding, style="yellow"))
-    advice = advice_lines(report)
+    advice = change_lines(report)
     if advice:
         parts += [Text("What to change:", style="bold"), *(Text(f"- {line}") for line in advice)]
     unaudited = not_auditable_lines(report)

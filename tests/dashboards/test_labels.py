@@ -10,7 +10,7 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollaudit._render.dashboard import MAX_LABEL, clean_label, scheme_text, tag_part
+from rollaudit._render.dashboards.dashboard import MAX_LABEL, clean_label, scheme_text, tag_part
 
 HOSTILE = [
     "\x1b[31mred\x1b[0m",

@@ -184,7 +184,7 @@ def test_a_link_planted_at_the_event_file_name_is_never_followed(tmp_path: Path)
     board.mkdir()
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    from rollaudit._render.tensorboard_events import FILE_PREFIX, FILE_SUFFIX, _host
+    from rollaudit._render.dashboards.tensorboard_events import FILE_PREFIX, FILE_SUFFIX, _host
 
     now = int(time.time())
     for stamp in range(now - 2, now + 180):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import rollaudit
-from rollaudit._render.dashboard import clean_label
+from rollaudit._render.dashboards.dashboard import clean_label
 
 from .readers import tree, wandb_offline_runs, watch_then_interrupt
 

@@ -54,7 +54,12 @@ def test_group_sizes_figure(audited):
 
 
 def _points(axis) -> np.ndarray:
-    return np.concatenate([collection.get_offsets() for collection in axis.collections])
+    """The samples drawn, without the rings over those a finding names."""
+    return np.concatenate([collection.get_offsets() for collection in _kinds(axis)])
+
+
+def _kinds(axis) -> list:
+    return [collection for collection in axis.collections if not collection.get_label().startswith("named by ")]
 
 
 def test_advantage_scatter_figure(audited):
@@ -72,9 +77,9 @@ def test_advantage_scatter_figure(audited):
     expected = np.column_stack([advantages["prompt"], advantages["batch"]])
     np.testing.assert_allclose(points[order], expected[np.lexsort((expected[:, 1], expected[:, 0]))])
     # One colour per kind of point, counted in the legend as the metrics count them.
-    kinds = {collection.get_label().split(":")[0]: collection for collection in batch_axis.collections}
+    kinds = {collection.get_label().split(":")[0]: collection for collection in _kinds(batch_axis)}
     assert list(kinds) == [label for _, label, _, _ in _plots.POINT_KINDS]
-    colours = {tuple(np.round(collection.get_facecolor()[0][:3], 3)) for collection in batch_axis.collections}
+    colours = {tuple(np.round(collection.get_facecolor()[0][:3], 3)) for collection in _kinds(batch_axis)}
     assert len(colours) == 4
     summary = report.summary.loc["batch"]
     invented = kinds["invented (reference 0, scheme ≠ 0)"]

@@ -251,7 +251,7 @@ def test_a_verdict_with_nothing_compared_says_no_against():
 
 
 def test_a_watched_step_says_how_its_scheme_is_known():
-    from rollaudit._render.watch import step_line
+    from rollaudit._render.dashboards.watch import step_line
     from rollaudit._watch.records import StepPoint
 
     record = {

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from rich.console import Console
 
@@ -142,7 +143,12 @@ def test_token_id_prompt_keys_show_as_a_short_stable_label():
     assert token_key_label(key) == label and token_key_label(key + ",1") != label
     assert key_text(key) == label
     assert token_key_label("30") is None and token_key_label("what is 2,3,4?") is None
-    report = rollaudit.audit(rollaudit.load(SAMPLES / "nemo_rl"), device="cpu")
+    # Worst prompts are those of what the run trained with: without its recorded advantages, a run named as
+    # trained with batch has some to show.
+    table = rollaudit.load(SAMPLES / "nemo_rl")
+    unrecorded = pa.nulls(table.num_rows, pa.float64())
+    table = table.set_column(table.column_names.index("recorded_advantage"), "recorded_advantage", unrecorded)
+    report = rollaudit.audit(table, device="cpu", trained_with="batch")
     text = text_of(render_compare(report, LOAD), 100)
     assert re.search(r"^p:[0-9a-f]{6} \(\d+ tokens\)", text, re.MULTILINE), text
     assert not re.search(r"\d+,\d+,\d+", text.split("Worst prompts")[1])

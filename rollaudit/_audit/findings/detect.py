@@ -151,8 +151,8 @@ def run_findings(
         advantage, scheme, evidence = computed[trained.scheme], get_scheme(trained.scheme), trained.evidence
     else:
         info["findings_not_checked"] = (
-            "nothing says which advantages the run trained with: the dump holds none of its own, no scheme is "
-            "named with --trained-with, and its format has no default"
+            "nothing says what the run trained with: the dump records no advantages of its own, --trained-with "
+            "names none, and its format has no default"
             if trained.scheme is None
             else f"the run's scheme {trained.scheme} is not auditable on this dump"
         )

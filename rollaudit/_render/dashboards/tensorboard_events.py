@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageError
+from ..._errors import UsageError
+from ..markdown import markdown_text
 from .dashboard import StepScalars
-from .markdown import markdown_text
 
 INSTALL = "pip install 'rollaudit[tensorboard]'"
 FILE_PREFIX = "events.out.tfevents"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageError, warn
+from ..._errors import UsageError, warn
 from .dashboard import StepScalars, clean_label
 from .tensorboard_events import check_directory, open_directory
 

@@ -23,11 +23,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._audit.metric_names import METRICS
-from .._audit.trained import parts_phrase
+from ..._audit.metric_names import METRICS
+from ..._audit.trained import parts_phrase
 
 if TYPE_CHECKING:
-    from .._audit.report import Report
+    from ..._audit.report import Report
 
 PREFIX = "rollaudit"
 TRAINED = "trained"

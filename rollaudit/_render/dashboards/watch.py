@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .._errors import visible
-from .._version import __version__
-from .._watch.records import StepPoint, latest_points
-from .html import page, table, text
-from .text import key_text, percent, plural, ratio
-from .trend import resample, sparkline
+from ..._errors import visible
+from ..._version import __version__
+from ..._watch.records import StepPoint, latest_points
+from ..html import page, table, text
+from ..text import key_text, percent, plural, ratio
+from ..trend import resample, sparkline
 
 _WORST_STEPS = 5
 _SPARK_WIDTH = 60
