@@ -548,6 +548,21 @@ PRESETS: dict[str, Scheme] = {
             groups="prompt",
             std="population",
         ),
+        # Last of the framework presets: its bfloat16 arithmetic fits any float64 per-prompt GRPO within bfloat16
+        # rounding, so that on a tie the exact presets are named first.
+        _preset(
+            "agl-sample",
+            PresetNotes(
+                "agent-lightning before its rollout-level advantage (PR #462 never merged): every row (LLM call) a "
+                "member of its data_id's verl GRPO, so a trajectory of k calls counts k times; verl singleton raw; "
+                "rewards stored as bfloat16 scores, so the advantages are bfloat16",
+                "agent-lightning agentlightning/verl/daemon.py get_train_data_batch (uid = data_id), verl "
+                "compute_grpo_outcome_advantage",
+            ),
+            groups="prompt",
+            singleton="raw",
+            dtype="bfloat16",
+        ),
         # A blank description for fully custom strings: custom(groups=prompt, scale=none, ...).
         _preset(
             "custom",
