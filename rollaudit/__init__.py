@@ -29,11 +29,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getattr__ below)
     from ._audit.api import DEFAULT_SCHEMES, audit, recompute
     from ._audit.describe import describe
-    from ._audit.fit import Detection, detect_scheme, fit_presets
     from ._audit.metric_names import METRICS
     from ._audit.presets import PRESETS, get_scheme, split_schemes
     from ._audit.report import SCHEMA_VERSION, Report
     from ._audit.schemes import Scheme
+    from ._audit.trained_with.fit import Detection, detect_scheme, fit_presets
     from ._errors import GateFailed, InputError, RollauditError, RollauditWarning, SchemeError, UsageError
     from ._gate.baseline import read_baseline, write_baseline
     from ._gate.config import GateConfig, gate_config, load_gate_config
@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
 _MODULE_OF = {
     "CANONICAL_COLUMNS": "._table",
     "DEFAULT_SCHEMES": "._audit.api",
-    "Detection": "._audit.fit",
+    "Detection": "._audit.trained_with.fit",
     "FORMATS": "._loaders.registry",
     "GateConfig": "._gate.config",
     "GateFailed": "._errors",
@@ -79,10 +79,10 @@ _MODULE_OF = {
     "audit": "._audit.api",
     "describe": "._audit.describe",
     "detect_format": "._loaders.run.load",
-    "detect_scheme": "._audit.fit",
+    "detect_scheme": "._audit.trained_with.fit",
     "expand_paths": "._loaders.run.load",
     "find_runs": "._loaders.run.load",
-    "fit_presets": "._audit.fit",
+    "fit_presets": "._audit.trained_with.fit",
     "gate_config": "._gate.config",
     "get_scheme": "._audit.presets",
     "load": "._loaders.run.load",

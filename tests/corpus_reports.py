@@ -117,10 +117,10 @@ def recorded() -> dict[str, dict[str, object]]:
 # The recorded outputs hold one CPU's floating-point results: torch's kernels sum in another order on another
 # instruction set, and a float moves by units in its last place. So a float is compared within RELATIVE of its
 # magnitude (ABSOLUTE near 0); the error of a fit of recorded advantages, and any value of a scheme computed in
-# float32 or bfloat16, within ROUNDING_SLACK times that dtype's rounding (rollaudit._audit.fit.rounding_error: 2
-# units in the last place at the largest recorded magnitude). Every count, key, label and string is compared
-# exactly; a string or text output token by token, its numbers at the precision they are printed with
-# (:func:`numbers_agree`).
+# float32 or bfloat16, within ROUNDING_SLACK times that dtype's rounding
+# (rollaudit._audit.trained_with.fit.rounding_error: 2 units in the last place at the largest recorded magnitude).
+# Every count, key, label and string is compared exactly; a string or text output token by token, its numbers at
+# the precision they are printed with (:func:`numbers_agree`).
 
 RELATIVE = 1e-9
 """A float may differ by this share of its magnitude: a float64 sum in another order moves ~1e-16 of it."""
@@ -234,7 +234,7 @@ def scheme_dtype(label: str) -> str | None:
 
 def rounding(dtype: str | None, scale: float) -> float:
     """The rounding of ``dtype`` at ``scale`` (rollaudit's ``rounding_error``), 0 for no dtype."""
-    from rollaudit._audit.fit import rounding_error
+    from rollaudit._audit.trained_with.fit import rounding_error
 
     return 0.0 if dtype is None else rounding_error(dtype, scale)
 

@@ -71,7 +71,7 @@ ROOMS = {
     "rollaudit._render.dashboards": (
         "rollaudit._version",
         "rollaudit._audit.metric_names",
-        "rollaudit._audit.trained",
+        "rollaudit._audit.trained_with.trained",
         "rollaudit._audit.report",
         "rollaudit._watch.records",
         "rollaudit._render.text",

@@ -32,27 +32,27 @@ from .._table import (
 )
 from .columns import Columns
 from .findings.detect import run_findings
-from .fit import (
+from .presets import get_scheme, split_schemes
+from .report import RECORDED_ROW, Distributions, Report
+from .schemes import Scheme
+from .trained_with.fit import (
     DEFAULT_RECORDED_TOLERANCE,
     candidate_schemes,
     detect_by_cells,
     has_recorded,
     recorded_values,
 )
-from .partial import PartialGroups, partial_groups
-from .parts import split_parts
-from .presets import get_scheme, split_schemes
-from .report import RECORDED_ROW, Distributions, Report
-from .schemes import Scheme
-from .trained import TrainedWith, from_config, from_recorded, whole_run
+from .trained_with.partial import PartialGroups, partial_groups
+from .trained_with.parts import split_parts
+from .trained_with.trained import TrainedWith, from_config, from_recorded, whole_run
 
 if TYPE_CHECKING:
     import torch
 
     from .engine.encode import Encoded
     from .engine.tally import Tally
-    from .fit import Detection
     from .metrics import Groups
+    from .trained_with.fit import Detection
 
 DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]

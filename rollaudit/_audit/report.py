@@ -16,14 +16,14 @@ from .._json import json_object
 from .._pandas_import import allow_pandas
 from .._table import ADVANTAGE_PREFIX, PROMPT, REWARD, STEP, TRAJECTORY, key_matches
 from .columns import Columns, descending, row_max
-from .trained import TrainedWith
+from .trained_with.trained import TrainedWith
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
     from .findings.finding import Finding
-    from .fit import Detection
+    from .trained_with.fit import Detection
 
 SCHEMA_VERSION = 1
 _READY = ("per_step", "step_groups")  # JSON-ready as built: not walked again
@@ -231,7 +231,7 @@ class Report:
         """The advice for each part of a run that changed scheme whose steps change signs against the reference
         (a part of one environment: where the whole run does), each line led by the part."""
         from .advice import advice_for
-        from .trained import part_label
+        from .trained_with.trained import part_label
 
         lines: list[str] = []
         for part in self.trained_with.parts:

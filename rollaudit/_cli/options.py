@@ -483,7 +483,8 @@ GATE_RULES = OptionGroup(
             "--recorded-tolerance",
             metavar="TOL",
             show_default=False,
-            help="Tolerance of --expect-recorded, times max(1, |recorded|) over each row's prompt group. Default: 1e-4.",
+            help="Tolerance of --expect-recorded, times max(1, |recorded|) over each row's prompt group. "
+            "Default: 1e-4.",
         ),
         _option(
             "baseline",

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from .._audit.findings.codes import BY_CODE
-from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
+from .._audit.trained_with.fit import DEFAULT_RECORDED_TOLERANCE
 from .._errors import GateFailed, SchemeError, UsageError
 from .._json import json_object
 from .._table import POSITION, PROMPT, REWARD, STEP, TRAJECTORY, validate_table
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from .._audit.findings.finding import Finding
-    from .._audit.fit import Detection
     from .._audit.report import Report
+    from .._audit.trained_with.fit import Detection
 
 GATE_SCHEMA_VERSION = 1
 

@@ -9,9 +9,9 @@ through the library.
 Rule kinds
 ==========
 Two questions, two kinds of rule. Rules that check the trainer: ``--expect-recorded`` and a bound on
-``trained`` (the run's own scheme, :class:`~rollaudit._audit.trained.TrainedWith`). Rules that measure the data's
-exposure: a bound on a named scheme measures what that scheme *would* do to this data, whatever the trainer did
-(``batch:sign_flip_rate`` fails on any fan-out run).
+``trained`` (the run's own scheme, :class:`~rollaudit._audit.trained_with.trained.TrainedWith`). Rules that
+measure the data's exposure: a bound on a named scheme measures what that scheme *would* do to this data,
+whatever the trainer did (``batch:sign_flip_rate`` fails on any fan-out run).
 
 bound (``--max`` / ``--min SCHEME:METRIC=LIMIT``)
     a summary metric of a scheme against the reference must stay at most /
@@ -64,9 +64,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._audit.findings.codes import BY_CODE, CODES
-from .._audit.fit import DEFAULT_RECORDED_TOLERANCE
 from .._audit.metric_names import METRICS, RATE_METRICS
 from .._audit.presets import get_scheme
+from .._audit.trained_with.fit import DEFAULT_RECORDED_TOLERANCE
 from .._errors import SchemeError, UsageError, did_you_mean
 
 METRIC_NAMES = METRICS  # the gate parses metric names without importing torch

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._audit.report import RECORDED_ROW
-from .._audit.trained import part_label, parts_phrase
+from .._audit.trained_with.trained import part_label, parts_phrase
 from .._errors import log_safe, visible
 
 if TYPE_CHECKING:

@@ -72,7 +72,7 @@ class StepRecord:
 def scheme_label(trained_with: Mapping[str, Any] | None) -> str | None:
     """What a step trained with, as one phrase, from its record's ``trained_with``: the scheme, its parts where it
     has several (an env each), ``no preset`` where its recorded advantages match none; None where unknown."""
-    from .._audit.trained import Part, parts_phrase
+    from .._audit.trained_with.trained import Part, parts_phrase
 
     if not trained_with:
         return None

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rollaudit
-from rollaudit._audit.partial import partial_groups
+from rollaudit._audit.trained_with.partial import partial_groups
 from rollaudit._cli import app
 
 ROOT = Path(__file__).resolve().parents[2]

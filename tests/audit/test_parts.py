@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import rollaudit
-from rollaudit._audit.trained import parts_phrase
+from rollaudit._audit.trained_with.trained import parts_phrase
 from rollaudit._cli import app
 from rollaudit._table import with_facts
 from tests.oracle import oracle_advantages

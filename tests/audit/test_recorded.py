@@ -16,7 +16,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import rollaudit
-from rollaudit._audit.fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, rounding_error
+from rollaudit._audit.trained_with.fit import DEFAULT_RECORDED_TOLERANCE, candidate_schemes, rounding_error
 from rollaudit._cli import app
 from rollaudit._render.markdown import render_markdown
 from rollaudit._render.terminal import render_compare

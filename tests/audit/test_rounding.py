@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import rollaudit
 from rollaudit._audit.engine.encode import encode
-from rollaudit._audit.fit import DEFAULT_RECORDED_TOLERANCE, allowed_error
 from rollaudit._audit.rounding import Residues, rounding_residues
+from rollaudit._audit.trained_with.fit import DEFAULT_RECORDED_TOLERANCE, allowed_error
 from tests.conformance.conftest import corpus
 
 f32 = np.float32

@@ -13,7 +13,7 @@ import pytest
 
 import rollaudit
 from rollaudit import GateFailed, SchemeError, UsageError
-from rollaudit._audit.fit import fit_presets, uniform_prompt_size
+from rollaudit._audit.trained_with.fit import fit_presets, uniform_prompt_size
 from rollaudit._errors import exit_code
 from rollaudit._gate.baseline import read_baseline, write_baseline
 from rollaudit._gate.config import GateConfig, gate_config, load_gate_config, require_rules, schemes_needed

@@ -65,9 +65,10 @@ def test_two_verl_runs_are_named_never_merged(tmp_path: Path):
         "rollout_data_v0": 1,
         "rollout_data_v1": 2,
     }
-    assert rollaudit.load(corpus("verl"), run="rollout_data_v1").num_rows == rollaudit.load(
-        corpus("verl") / "rollout_data_v1"
-    ).num_rows
+    assert (
+        rollaudit.load(corpus("verl"), run="rollout_data_v1").num_rows
+        == rollaudit.load(corpus("verl") / "rollout_data_v1").num_rows
+    )
 
 
 def test_a_folder_of_runs_audits_each_under_its_name(tmp_path: Path):

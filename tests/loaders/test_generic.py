@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
-from rollaudit._audit.fit import fit_presets
+from rollaudit._audit.trained_with.fit import fit_presets
 from rollaudit._errors import ChoiceNeeded
 from rollaudit._table import CANONICAL_COLUMNS
 

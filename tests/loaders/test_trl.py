@@ -15,7 +15,7 @@ import torch
 
 import rollaudit
 from rollaudit import InputError, RollauditWarning, UsageError
-from rollaudit._audit.fit import fit_presets
+from rollaudit._audit.trained_with.fit import fit_presets
 
 ROOT = Path(__file__).resolve().parents[2]
 TRL = ROOT / "sample_dumps" / "trl"

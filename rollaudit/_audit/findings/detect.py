@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..engine.encode import Encoded
-    from ..fit import Detection
     from ..schemes import Scheme
-    from ..trained import TrainedWith
+    from ..trained_with.fit import Detection
+    from ..trained_with.trained import TrainedWith
 
 _LAW_WORDS = {
     "law-finite": "advantages not finite on finite rewards",
@@ -136,7 +136,7 @@ def run_findings(
     import pyarrow.compute as pc
 
     from ..advice import advice_for
-    from ..fit import has_recorded, recorded_mask, recorded_values
+    from ..trained_with.fit import has_recorded, recorded_mask, recorded_values
 
     scheme = closest = present = None
     if has_recorded(table):

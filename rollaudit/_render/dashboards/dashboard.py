@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..._audit.metric_names import METRICS
-from ..._audit.trained import parts_phrase
+from ..._audit.trained_with.trained import parts_phrase
 
 if TYPE_CHECKING:
     from ..._audit.report import Report

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._table import PROMPT, RECORDED_ADVANTAGE, REWARD, STEP, facts_in, loaded_formats
+from ..._table import PROMPT, RECORDED_ADVANTAGE, REWARD, STEP, facts_in, loaded_formats
+from ..presets import PRESETS, get_scheme
 from .fit import preset_framework
-from .presets import PRESETS, get_scheme
 
 RELATIVE_TOLERANCE = 1e-6
 """How far a recorded value may be from a group's mean and scale, relative to max(1, |value|): far above float64

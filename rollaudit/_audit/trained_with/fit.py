@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._errors import SchemeError
-from .._table import (
+from ..._errors import SchemeError
+from ..._table import (
     AGENT,
     PROMPT,
     RECORDED_ADVANTAGE,
@@ -37,13 +37,14 @@ from .._table import (
     numpy_view,
     validate_table,
 )
-from .presets import PRESETS, get_scheme
-from .schemes import Scheme, columns_needed
+from ..presets import PRESETS, get_scheme
+from ..schemes import Scheme, columns_needed
+from .cells import CellFits, Cells
 
 if TYPE_CHECKING:
     import torch
 
-    from .engine.encode import Encoded
+    from ..engine.encode import Encoded
 
 DEFAULT_RECORDED_TOLERANCE = 1e-4
 """Recorded advantages are often stored as float32 (TRL parquet, bf16-free slime dumps): 1e-4 is far above
@@ -298,7 +299,7 @@ def fit_presets(
     >>> fit_presets(t)[0].scheme
     'dr-grpo'
     """
-    from .engine.encode import encode
+    from ..engine.encode import encode
 
     table = validate_table(table)
     if not has_recorded(table):
@@ -315,44 +316,6 @@ def _digest(values: np.ndarray) -> bytes:
     """A fingerprint of exact values: equal digests, the same numbers (every NaN alike, -0.0 as 0.0)."""
     canonical = np.where(np.isnan(values), np.nan, values + 0.0)
     return hashlib.blake2b(canonical.tobytes(), digest_size=16).digest()
-
-
-class CellFits(NamedTuple):
-    """How each fitted scheme does on each cell of a partition of the recorded rows (a step, an environment, or
-    both): what :mod:`.parts` splits a run by where no one scheme fits it all. Only the cells holding recorded
-    rows are kept: ``cells`` their codes (ascending), ``rows`` their recorded rows; per scheme string, in the
-    order the schemes were given: ``misses`` (rows beyond the allowed error), ``error_sum`` (finite errors
-    summed) and ``max_error`` (inf where one side is NaN)."""
-
-    cells: np.ndarray
-    rows: np.ndarray
-    misses: dict[str, np.ndarray]
-    error_sum: dict[str, np.ndarray]
-    max_error: dict[str, np.ndarray]
-    tiers: Mapping[str, int] = {}
-    """How schemes that fit as well rank (:func:`preset_tiers`)."""
-
-
-class _Cells:
-    """The recorded rows sorted by cell once, so that each scheme's errors reduce per cell in one vector pass."""
-
-    def __init__(self, codes: np.ndarray, tiers: Mapping[str, int]) -> None:
-        self.order = np.argsort(codes, kind="stable")
-        ordered = codes[self.order]
-        self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, int)
-        self.cells = ordered[self.starts] if len(ordered) else np.zeros(0, np.int64)
-        self.rows = np.diff(np.r_[self.starts, len(ordered)])
-        self.fits = CellFits(self.cells, self.rows, {}, {}, {}, tiers)
-
-    def add(self, name: str, errors: np.ndarray, allowed: np.ndarray) -> None:
-        if not len(self.starts):
-            empty = np.zeros(0)
-            self.fits.misses[name], self.fits.error_sum[name], self.fits.max_error[name] = empty, empty, empty
-            return
-        ordered = errors[self.order]
-        self.fits.misses[name] = np.add.reduceat((ordered > allowed[self.order]).astype(np.int64), self.starts)
-        self.fits.error_sum[name] = np.add.reduceat(np.where(np.isfinite(ordered), ordered, 0.0), self.starts)
-        self.fits.max_error[name] = np.maximum.reduceat(ordered, self.starts)
 
 
 # The framework each preset family reproduces, by the preset's name: on a dump of one framework, another's preset
@@ -402,7 +365,7 @@ def _fit_schemes(
     tolerance: float,
     computed: Mapping[str, torch.Tensor] | None = None,
     unavailable: dict[str, str] | None = None,
-    cells: _Cells | None = None,
+    cells: Cells | None = None,
     tiers: Mapping[str, int] | None = None,
 ) -> list[tuple[PresetFit, bytes]]:
     """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first; the schemes
@@ -415,7 +378,7 @@ def _fit_schemes(
     cell of the recorded rows (:class:`CellFits`). ``tiers``: how schemes that fit as many rows rank
     (:func:`preset_tiers`; 1 where not given).
     """
-    from .kernel import advantages
+    from ..kernel import advantages
 
     scale = error_scale(recorded)
     magnitude = row_magnitudes(recorded, _group_codes(encoded, present))
@@ -457,11 +420,12 @@ def _ranked(
     fitted: list[tuple[PresetFit, bytes]], tiers: Mapping[str, int], roundings: Mapping[str, float]
 ) -> list[tuple[PresetFit, bytes]]:
     """``fitted`` (in the order the schemes were given) best first: by the share of rows within tolerance, the
-    tier (:func:`preset_tiers`), then the mean error and the max error, where two errors of schemes of one dtype
-    within its rounding (:func:`rounding_error`) are a tie, kept in the given order (PRESETS order for the
-    candidates): two float32 copies of one formula, apart by a unit in the last place on one CPU and by another
-    on the next, rank the same on both. Schemes of two dtypes rank by their errors: a float32 scheme whose errors
-    are within its rounding (0) ranks before a float64 one that misses float32 values by their rounding.
+    tier (:func:`preset_tiers`), a dtype coarser than the tolerance (bfloat16) last, then the mean error and the
+    max error, where two errors of schemes of one dtype within its rounding (:func:`rounding_error`) are a tie,
+    kept in the given order (PRESETS order for the candidates): two float32 copies of one formula, apart by a unit
+    in the last place on one CPU and by another on the next, rank the same on both. Schemes of two dtypes rank by
+    their errors: a float32 scheme whose errors are within its rounding (0) ranks before a float64 one that misses
+    float32 values by their rounding.
 
     Ties chain: errors sorted ascending are one tie while each is within the rounding of the one before.
     """
@@ -482,11 +446,16 @@ def _ranked(
                 chained.append([item])
         return chained
 
+    # A scheme whose dtype's rounding exceeds the tolerance (bfloat16) fits, within that rounding, what any finer
+    # scheme of a similar formula gives: it ranks after the schemes that fit as many rows at the tolerance itself.
+    finest = min((fit.allowed_error for fit, _ in fitted if not math.isnan(fit.allowed_error)), default=math.nan)
+
+    def rank(item: tuple[PresetFit, bytes]) -> tuple[float, int, bool]:
+        fit = item[0]
+        return -fit.share_within_tolerance, tiers.get(fit.scheme, 1), fit.allowed_error > finest
+
     ranked: list[tuple[PresetFit, bytes]] = []
-    by_rank = sorted(fitted, key=lambda item: (-item[0].share_within_tolerance, tiers.get(item[0].scheme, 1)))
-    for _, same_rank in itertools.groupby(
-        by_rank, key=lambda item: (item[0].share_within_tolerance, tiers.get(item[0].scheme, 1))
-    ):
+    for _, same_rank in itertools.groupby(sorted(fitted, key=rank), key=rank):
         for same_mean in ties(list(same_rank), "mean_error"):
             for same_max in ties(same_mean, "max_error"):
                 ranked += sorted(same_max, key=lambda item: given[item[0].scheme])
@@ -597,7 +566,7 @@ class Detection:
 
         An error that is inf (a row where one side is NaN, counted in ``undefined``) becomes null.
         """
-        from .._json import json_object
+        from ..._json import json_object
 
         return json_object(
             {
@@ -630,7 +599,7 @@ def detect_scheme(
     >>> rollaudit.detect_scheme(t).best_match
     'dr-grpo'
     """
-    from .engine.encode import encode
+    from ..engine.encode import encode
 
     table = validate_table(table)
     if not has_recorded(table):
@@ -666,14 +635,14 @@ def detect_by_cells(
     unavailable: dict[str, str] = {}
     names = [str(get_scheme(spec)) for spec in schemes]
     tiers = preset_tiers(names, table)
-    cells = None if cell_codes is None else _Cells(np.asarray(cell_codes, dtype=np.int64)[present], tiers)
+    cells = None if cell_codes is None else Cells(np.asarray(cell_codes, dtype=np.int64)[present], tiers)
     fitted = _fit_schemes(encoded, present, recorded, names, tolerance, computed, unavailable, cells, tiers)
     fits = tuple(fit for fit, _ in fitted)
     matched = bool(fits) and fits[0].share_within_tolerance == 1.0
     scale = error_scale(recorded)
 
     def values_of(name: str) -> np.ndarray:
-        from .kernel import advantages
+        from ..kernel import advantages
 
         values = computed[name] if computed is not None and name in computed else advantages(encoded, get_scheme(name))
         on_recorded: np.ndarray = values.cpu().numpy()[present]

@@ -2,7 +2,7 @@
 explains each step range, and each environment where the framework configures its estimator per environment.
 
 Real runs change: a mid-run upgrade, an algorithm per environment. The fit of every candidate scheme is counted per
-cell (a step, within an environment where the dump names one: :class:`~.fit.CellFits`), and the cells are put
+cell (a step, within an environment where the dump names one: :class:`~.cells.CellFits`), and the cells are put
 together:
 
 - per environment first, where the framework sets its estimator per environment (the table's ``estimator_per``
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fit import CellFits
+from .cells import CellFits
 from .trained import Part
 
 
