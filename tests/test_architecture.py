@@ -68,6 +68,15 @@ ROOMS = {
         "rollaudit._loaders.arrow",
     ),
     "rollaudit._audit.engine": ("rollaudit._table", "rollaudit._audit.schemes"),
+    "rollaudit._audit.findings": (
+        "rollaudit._table",
+        "rollaudit._audit.schemes",
+        "rollaudit._audit.presets",
+        "rollaudit._audit.engine",
+        "rollaudit._audit.kernel",
+        "rollaudit._audit.trained_with",
+        "rollaudit._audit.advice",
+    ),
     "rollaudit._render.dashboards": (
         "rollaudit._version",
         "rollaudit._audit.metric_names",
@@ -86,7 +95,8 @@ temporaries are), a format plug-in knows the readers it uses and the interface, 
 through the registry alone, reads cache entries through the capped Arrow reader (they are untrusted too) and
 keeps pandas out of its worker processes, and
 the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
-metrics or the report built on it; the dashboards (TensorBoard, W&B, the watch's lines and page) know the step
+metrics or the report built on it; the findings read the table, the schemes, the kernel that recomputes them and
+what the run trained with, never the metrics or the report they go into; the dashboards (TensorBoard, W&B, the watch's lines and page) know the step
 records and the report's names, and lay them out with the renderers' shared pieces (text, trend, Markdown, the
 HTML page)."""
 
