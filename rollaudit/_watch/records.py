@@ -128,6 +128,8 @@ class StepPoint:
     scheme_changed: str | None = None
     evidence: str | None = None
     """How the run's own scheme is known: ``recorded``, ``given`` or ``framework default`` (an assumption)."""
+    first_findings: tuple[str, ...] = ()
+    """The codes of the findings first found at this step."""
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> StepPoint:
@@ -162,6 +164,7 @@ class StepPoint:
             replaces=bool(record.get("replaces")),
             scheme_changed=record.get("scheme_changed"),
             evidence=trained_with.get("evidence") if row is not None else None,
+            first_findings=tuple(str(code) for code in record.get("first_findings") or ()),
         )
 
 

@@ -52,7 +52,7 @@ def test_worst_prompts_rank_by_what_the_run_trained_with():
 
 def test_watch_names_a_finding_at_the_step_it_first_appears(tmp_path):
     jsonl = tmp_path / "audit.jsonl"
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -68,9 +68,13 @@ def test_watch_names_a_finding_at_the_step_it_first_appears(tmp_path):
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [record["step"] for record in records] == [1, 2]
     assert records[0]["first_findings"] == ["batch-as-group"]
     assert "first_findings" not in records[1]
     assert [finding["code"] for finding in records[1]["findings"]] == ["batch-as-group"]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("step 1 ") and lines[0].endswith("· first found: batch-as-group")
+    assert lines[1].startswith("step 2 ") and "first found" not in lines[1]

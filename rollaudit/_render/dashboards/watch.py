@@ -36,7 +36,8 @@ _EVIDENCE = {"given": " (as given)", "framework default": " (assumed)"}
 
 def step_line(point: StepPoint, files: Sequence[str] = ()) -> str:
     """One step as one line: ``step 12 · 5,000 samples · 1,250 prompts · trained slime-2204 (assumed): sign
-    changed 0.0% (0.0% reversed), 1.00× non-zero · worst batch 23.9% · PASS``."""
+    changed 0.0% (0.0% reversed), 1.00× non-zero · worst batch 23.9% · first found: batch-as-group · PASS``
+    (the finding codes no earlier step had)."""
     if point.error is not None:
         where = visible(files[0]) if files else "?"
         return f"step ? · {where}: could not be audited: {visible(point.error)}"
@@ -53,6 +54,8 @@ def step_line(point: StepPoint, files: Sequence[str] = ()) -> str:
         parts.append(f"worst {key_text(point.worst, 40)} {percent(point.worst_flips)}")
     if point.scheme_changed is not None:
         parts.append(visible(point.scheme_changed))
+    if point.first_findings:
+        parts.append("first found: " + ", ".join(key_text(code, 40) for code in point.first_findings))
     verdict = _verdict(point)
     if verdict:
         parts.append(verdict)
