@@ -67,7 +67,8 @@ def test_ci_runs_the_readme_s_test_command() -> None:
 
 def test_the_first_command_shows_a_finding_on_recorded_evidence() -> None:
     """A newcomer's first screen: the Set-up command audits a bundled dump whose verdict rests on the recorded
-    advantages and finds something (signs changed, invented signal, the advice), and the first example shows it."""
+    advantages and finds something (a finding with its code, signs changed, invented signal, the advice), and the
+    first example shows it (its first screen: the command as run, cut with ``head``)."""
     import json
 
     from typer.testing import CliRunner
@@ -79,12 +80,15 @@ def test_the_first_command_shows_a_finding_on_recorded_evidence() -> None:
     first = setup.split("&&")[-1].strip()
     assert first == "rollaudit compare sample_dumps/dump_details"
     lines = text.splitlines()
-    assert readme_examples.blocks(lines)[0].commands[0].text == first
+    shown_command = readme_examples.blocks(lines)[0].commands[0].text
+    assert re.fullmatch(re.escape(first) + r"( \| head -n \d+)?", shown_command), shown_command
     result = CliRunner().invoke(app, [*first.split()[1:], "--json", "--no-cache"], catch_exceptions=False)
     document = json.loads(result.stdout)
     assert document["trained_with"]["evidence"] == "recorded" and document["trained_with"]["scheme"] == "batch"
     trained = document["summary"][document["trained_with"]["row"]]
     assert trained["sign_flip_rate"] > 0 and trained["spurious_nonzero"] > 0 and document["advice"]
+    assert [finding["code"] for finding in document["findings"]] == ["batch-as-group"]
     shown = "\n".join(lines)
+    assert "Findings:\n- error batch-as-group: 1 step centred as one group over 6 prompts (24 rows)" in shown
     assert "Verdict: trained with batch (its recorded advantages)." in shown
     assert f"0 reversed, {trained['spurious_nonzero']} invented, 0 lost" in shown
