@@ -96,9 +96,9 @@ through the registry alone, reads cache entries through the capped Arrow reader 
 keeps pandas out of its worker processes, and
 the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
 metrics or the report built on it; the findings read the table, the schemes, the kernel that recomputes them and
-what the run trained with, never the metrics or the report they go into; the dashboards (TensorBoard, W&B, the watch's lines and page) know the step
-records and the report's names, and lay them out with the renderers' shared pieces (text, trend, Markdown, the
-HTML page)."""
+what the run trained with, never the metrics or the report they go into; the dashboards (TensorBoard, W&B, the
+watch's lines and page) know the step records and the report's names, and lay them out with the renderers' shared
+pieces (text, trend, Markdown, the HTML page)."""
 
 
 def module_name(path: Path) -> str:
