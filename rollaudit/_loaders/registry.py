@@ -12,19 +12,17 @@ from .formats import (
     areal,
     art,
     generic,
-    miles,
     nemo_rl,
     open_instruct,
     prime_rl,
     rllm,
     roll,
-    skyrl,
-    slime,
     tinker,
     torchtitan,
     trl,
     verl,
 )
+from .formats.pickled import miles, skyrl, slime
 
 FORMATS: dict[str, Format] = {
     loader.name: loader

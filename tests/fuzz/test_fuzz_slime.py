@@ -222,7 +222,7 @@ def test_zip_members(seed: str, edits: list, deflate: str):
 
 def _outcome(path, skip: frozenset) -> object:
     """The table read with ``skip`` as the skimmed fields, or the kind of error."""
-    from rollaudit._loaders.formats import slime
+    from rollaudit._loaders.formats.pickled import slime
     from rollaudit._loaders.options import LoadOptions
 
     saved = slime.PER_TOKEN_FIELDS
@@ -245,7 +245,7 @@ def test_skimming_never_changes_what_a_pickle_reads(seed: str, operations: list,
     error): mutations inside per-token lists, of their keys, of the batch opcodes around them."""
     import warnings
 
-    from rollaudit._loaders.formats import slime
+    from rollaudit._loaders.formats.pickled import slime
 
     data = seed_zip(seed).pickle
     marks = boundaries(seed)

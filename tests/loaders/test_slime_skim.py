@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rollaudit
-from rollaudit._loaders.formats import slime
+from rollaudit._loaders.formats.pickled import slime
 from rollaudit._loaders.torchsave.torch_zip import TorchArchive
 from rollaudit._loaders.torchsave.unpickle import SKIPPED
 from tests.loaders.test_unpickle import generate

@@ -17,7 +17,7 @@ import pytest
 
 import rollaudit
 from rollaudit._loaders.base import folder_step
-from rollaudit._loaders.formats.slime import step_of_dump
+from rollaudit._loaders.formats.pickled.slime import step_of_dump
 from rollaudit._render.dashboards.watch import render_watch_html, step_line, summary_lines
 from rollaudit._watch.files import PARTIAL, WHOLE, WHOLE_IF_STILL, completeness
 from rollaudit._watch.follow import Wakeups

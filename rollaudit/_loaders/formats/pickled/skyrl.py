@@ -21,16 +21,16 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import InputError
-from ..base import Format
-from ..torchsave.pickle_scan import Malformed, call_with_stack, skim
-from ..torchsave.torch_zip import MAX_PICKLE_BYTES
-from ..torchsave.unpickle import RestrictedUnpickler, WholeBuffer, _Allowed
+from ...._errors import InputError
+from ...base import Format
+from ...torchsave.pickle_scan import Malformed, call_with_stack, skim
+from ...torchsave.torch_zip import MAX_PICKLE_BYTES
+from ...torchsave.unpickle import RestrictedUnpickler, WholeBuffer, _Allowed
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..options import LoadOptions
+    from ...options import LoadOptions
 
 _FILE = re.compile(r"^global_step_(\d+)_training_input\.pkl$")
 _FOLDER = "dumped_data"

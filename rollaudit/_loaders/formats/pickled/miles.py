@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..._errors import InputError
-from ..._table import RECORDED_ADVANTAGE, TRAJECTORY, with_found, with_trained_default
-from ..base import Format
-from ..torchsave.torch_zip import TorchArchive, open_zip
-from ..torchsave.unpickle import StoredTensor
+from ...._errors import InputError
+from ...._table import RECORDED_ADVANTAGE, TRAJECTORY, with_found, with_trained_default
+from ...base import Format
+from ...torchsave.torch_zip import TorchArchive, open_zip
+from ...torchsave.unpickle import StoredTensor
 from . import slime
 from . import slime_fields as fields
 
 if TYPE_CHECKING:
-    from ..options import LoadOptions
+    from ...options import LoadOptions
 
 LAYOUT = "miles' {'rollout_id', 'rank', 'rollout_data': {column: [a value per row]}, 'cp_rank', 'cp_size', ...}"
 DEFAULT = (

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
-from ..._table import (
+from ...._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
+from ...._table import (
     PROMPT,
     RECORDED_ADVANTAGE,
     REWARD,
@@ -56,13 +56,13 @@ from ..._table import (
     with_found,
     with_trained_default,
 )
-from ..base import Format
-from ..torchsave.torch_zip import TorchArchive, is_torch_zip
-from ..torchsave.unpickle import StoredTensor
+from ...base import Format
+from ...torchsave.torch_zip import TorchArchive, is_torch_zip
+from ...torchsave.unpickle import StoredTensor
 from . import slime_fields as fields
 
 if TYPE_CHECKING:
-    from ..options import LoadOptions
+    from ...options import LoadOptions
 
 SUFFIXES = (".pt", ".pth")
 TRAIN_DUMP_VERSION = 2

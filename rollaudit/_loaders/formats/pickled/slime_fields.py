@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
-from ..torchsave.unpickle import StoredTensor
+from ...._errors import ChoiceNeeded, InputError, RollauditWarning, leave_open, warn
+from ...torchsave.unpickle import StoredTensor
 
 _POSITIONS_SHOWN = 5
 _KEYS_SHOWN = 10
