@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from ..._table import NOT_TRAINED
@@ -13,18 +14,19 @@ from ..presets import get_scheme
 from .codes import BY_CODE
 from .context import Rows
 from .finding import Finding
-from .laws import UNKNOWN_ESTIMATOR, broken_laws, laws_of_parts
+from .laws import UNKNOWN_ESTIMATOR, broken_laws
 from .structure import Hit, known_grouping, search_grouping
 from .values import masked_in_baseline, misaligned, mixed_scales, near_constant, nonfinite, singleton_raw, turn_level
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     import pyarrow as pa
 
     from ..engine.encode import Encoded
     from ..schemes import Scheme
     from ..trained_with.fit import Detection
+    from ..trained_with.trained import Part as TrainedPart
     from ..trained_with.trained import TrainedWith
 
 _LAW_WORDS = {
@@ -36,81 +38,113 @@ _LAW_WORDS = {
 }
 
 
+Part = tuple["torch.Tensor | None", "Scheme | None"]
+"""Rows of a run (a mask; None: every row) and the preset their advantages come from (None where none does)."""
+
+
 def find(
     enc: Encoded,
     table: pa.Table,
     advantage: torch.Tensor,
-    scheme: Scheme | None,
     evidence: str,
+    parts: Sequence[Part],
     full: pa.Table | None = None,
     closest: Scheme | None = None,
-    search: bool = True,
     fix: str | None = None,
     present: torch.Tensor | None = None,
-    parts: list[Scheme | None] | None = None,
     row_numbers: np.ndarray | None = None,
     prompt_groups: tuple[torch.Tensor, int] | None = None,
 ) -> list[Finding]:
     """The findings on the audited rows, most severe first.
 
     ``advantage``: what the run trained with on each row (its recorded advantages, or its scheme's where given or
-    assumed); ``scheme``: the preset they come from, None where recorded advantages match none (``closest``: the
-    nearest fit then); ``full``: every row, the untrained ones too, where the dump has some; ``fix``: the
-    framework's own setting for a grouping defect of its scheme, where one is known; ``search``: refit the
-    defects' signatures where no preset reproduces the advantages (not where the run changed scheme midway: its
-    parts each match their own); ``parts``: the scheme of each part of such a run (None where a part matches
-    none), whose laws hold on every row where all of them keep them; ``row_numbers``: each audited row's number in
-    the table as loaded, where untrained rows were left out of the audit (the examples name rows by it).
+    assumed); ``parts``: the run's rows and the preset each part's advantages come from (one part of every row for
+    a run of one scheme; a step range, or an environment, each for a run that changed), None where its recorded
+    advantages match none: there each defect's signature is refit, ``closest`` the nearest fit; ``full``: every
+    row, the untrained ones too, where the dump has some; ``fix``: the framework's own setting for a grouping
+    defect of its scheme, where one is known; ``present``: the rows with an advantage (recorded ones: those
+    recorded); ``row_numbers``: each audited row's number in the table as loaded, where untrained rows were left
+    out of the audit (the examples name rows by it); ``prompt_groups``: the audit's own (step, prompt) groups.
     """
-    present = torch.ones(int(enc.rows), dtype=torch.bool) if present is None else present
-    rows = Rows(enc, table, advantage.to(torch.float64).cpu(), scheme, evidence, present, full, row_numbers)
-    rows.group_rows(prompt_groups)
+    present = torch.ones(int(enc.rows), dtype=torch.bool) if present is None else present.cpu()
+    advantage = advantage.to(torch.float64).cpu()
+    whole = Rows(enc, table, advantage, None, evidence, present, full, row_numbers)
+    whole.group_rows(prompt_groups)
+    found: dict[str, list[Hit]] = {}
+    for mask, scheme in parts:
+        rows = (
+            whole if mask is None else Rows(enc, table, advantage, scheme, evidence, present & mask, full, row_numbers)
+        )
+        if mask is None:
+            rows.scheme, rows.dtype = scheme, rows.dtype if evidence == "recorded" else _dtype(scheme)
+        rows.group_rows(prompt_groups)
+        for hit in _part_hits(rows, scheme, closest):
+            found.setdefault(hit.code, []).append(hit._replace(flagged=hit.flagged & rows.present))
+    findings = []
+    for code, hits in found.items():
+        flagged = hits[0].flagged
+        for hit in hits[1:]:
+            flagged = flagged | hit.flagged
+        if not bool(flagged.any()):
+            continue
+        summary = "; ".join(dict.fromkeys(hit.summary for hit in hits))
+        findings.append(
+            Finding(
+                code=code,
+                summary=summary,
+                rows=int(flagged.sum()),
+                groups=whole.groups_of(flagged),
+                steps=whole.steps_of(flagged),
+                examples=whole.examples(flagged),
+                evidence=evidence,
+                detail=hits[0].detail,
+                fix=fix if code in _GROUPING_CODES else None,
+            )
+        )
+    return sorted(findings, key=Finding.rank)
+
+
+def _dtype(scheme: Scheme | None) -> str:
+    return "float64" if scheme is None else scheme.dtype
+
+
+def _part_hits(rows: Rows, scheme: Scheme | None, closest: Scheme | None) -> list[Hit]:
+    """What one part of a run shows: the grouping defects of its scheme, or each signature refit where no preset
+    reproduces its advantages; the value defects; and, where no preset does, the laws on the rows no error-severity
+    code explains."""
     hits: list[Hit] = []
-    if scheme is None and search:
+    if scheme is None:
         candidates = [get_scheme("prompt"), get_scheme("dr-grpo"), *([closest] if closest is not None else [])]
         hits += misaligned(rows, candidates)
         if not hits:
             hits += masked_in_baseline(rows, candidates)
         if not hits:
             hits += search_grouping(rows, candidates)
-    elif scheme is not None:
+    else:
         hits += known_grouping(rows, scheme)
         hits += turn_level(rows, scheme)
         hits += mixed_scales(rows, scheme)
-    shifted = any(hit.code == "rows-misaligned" for hit in hits)
-    if not shifted:
-        hits += nonfinite(rows, scheme) + singleton_raw(rows) + near_constant(rows)
+    if any(hit.code == "rows-misaligned" for hit in hits):
+        return hits  # every value is another row's: no check of values or laws means anything
     explained = torch.zeros(rows.rows, dtype=torch.bool)
+    for hit in hits:
+        if BY_CODE[hit.code].severity == "error":
+            explained |= hit.flagged
+    hits += nonfinite(rows, scheme) + singleton_raw(rows) + near_constant(rows, explained)
     for hit in hits:
         if BY_CODE[hit.code].severity == "error":
             explained |= hit.flagged
     # A preset's own advantages keep the laws it declares by construction (tested on random input): the laws are
     # checked where no preset reproduces the run's recorded advantages.
-    if not shifted and scheme is None:
-        kept = laws_of_parts(parts) if parts else UNKNOWN_ESTIMATOR
-        for law, broken in broken_laws(rows.reward, rows.advantage, rows.group, kept, rows.dtype).items():
+    if scheme is None:
+        nonfinite_found = any(hit.code == "nan-advantages" for hit in hits)
+        for law, broken in broken_laws(rows.reward, rows.advantage, rows.group, UNKNOWN_ESTIMATOR, rows.dtype).items():
             left = broken & ~explained
-            if law == "law-finite":
-                left &= ~torch.tensor([hit.code == "nan-advantages" for hit in hits]).any()
+            if law == "law-finite" and nonfinite_found:
+                continue
             if bool(left.any()):
                 hits.append(Hit(law, left, f"{int(left.sum()):,} {_LAW_WORDS[law]}", {}))
-    hits = [hit._replace(flagged=hit.flagged & rows.present) for hit in hits]
-    findings = [
-        Finding(
-            code=hit.code,
-            summary=hit.summary,
-            rows=int(hit.flagged.sum()),
-            groups=rows.groups_of(hit.flagged),
-            steps=rows.steps_of(hit.flagged),
-            examples=rows.examples(hit.flagged),
-            evidence=evidence,
-            detail=hit.detail,
-            fix=fix if hit.code in _GROUPING_CODES else None,
-        )
-        for hit in hits
-        if bool(hit.flagged.any())
-    ]
-    return sorted(findings, key=Finding.rank)
+    return hits
 
 
 _GROUPING_CODES = frozenset(
@@ -138,13 +172,14 @@ def run_findings(
     from ..advice import advice_for
     from ..trained_with.fit import has_recorded, recorded_mask, recorded_values
 
-    scheme = closest = present = None
+    scheme: Scheme | None = None
+    closest = present = None
     if has_recorded(table):
         advantage = torch.from_numpy(recorded_values(table))
         present = torch.from_numpy(recorded_mask(table))
         if detection is not None and detection.matched and detection.best_match is not None:
             scheme = get_scheme(detection.best_match)
-        elif detection is not None and detection.closest is not None and not trained.changed:
+        elif detection is not None and detection.closest is not None:
             closest = get_scheme(detection.closest.scheme)
         evidence = "recorded"
     elif trained.scheme is not None and trained.scheme in computed:
@@ -165,20 +200,39 @@ def run_findings(
     if every_row is not None:
         trained_rows = pc.is_null(every_row.column(NOT_TRAINED)).to_numpy(zero_copy_only=False)
         row_numbers = np.flatnonzero(trained_rows)
+    parts: list[Part] = [(None, scheme)]
+    if trained.changed:
+        parts = [
+            (_part_rows(encoded, table, part), None if part.scheme is None else get_scheme(part.scheme))
+            for part in trained.parts
+        ]
     return find(
         encoded,
         table,
         advantage,
-        scheme,
         evidence,
+        parts,
         full=every_row,
         closest=closest,
-        search=not trained.changed,
         fix=fix,
         present=present,
-        parts=[None if part.scheme is None else get_scheme(part.scheme) for part in trained.parts]
-        if trained.changed
-        else None,
         row_numbers=row_numbers,
         prompt_groups=prompt_groups,
     )
+
+
+def _part_rows(encoded: Encoded, table: pa.Table, part: TrainedPart) -> torch.Tensor:
+    """The rows of one part of a run that changed scheme: its steps, and its environment where it names one
+    (``env=delegate``, or ``no env``)."""
+    import pyarrow.compute as pc
+
+    steps = torch.from_numpy(np.asarray(encoded.step_values, dtype=np.int64)).index_select(0, encoded.step.cpu())
+    rows = (steps >= part.steps[0]) & (steps <= part.steps[1])
+    if part.where is not None:
+        column, _, value = part.where.partition("=")
+        if part.where.startswith("no ") and not value:
+            where = pc.is_null(table.column(part.where[3:]))
+        else:
+            where = pc.fill_null(pc.equal(table.column(column).cast(pa.string()), value), False)
+        rows &= torch.from_numpy(where.to_numpy(zero_copy_only=False).astype(bool))
+    return rows

@@ -111,9 +111,10 @@ def _peer_spread(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
     return spread, torch.maximum(peer_top.abs(), peer_bottom.abs())
 
 
-def near_constant(rows: Rows) -> list[Hit]:
+def near_constant(rows: Rows, explained: torch.Tensor) -> list[Hit]:
     """Rows whose peers in the group (the others: their leave-one-out statistics) hold one reward to a float32
-    trainer, with |A| far beyond what any std-scaled group of their size can have: a std of rounding noise."""
+    trainer, with |A| far beyond what any std-scaled group of their size can have: a std of rounding noise. Rows
+    ``explained`` by another code (a tail divided by eps) are not this one's."""
     if not bool((rows.advantage.abs() > BLOWUP).any()) or not rows.groups:
         return []  # no |A| beyond the least limit: nothing blew up
     spread, magnitude = _peer_spread(rows)
@@ -122,7 +123,7 @@ def near_constant(rows: Rows) -> list[Hit]:
     n = torch.ones(rows.rows, dtype=torch.float64)
     n[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]).to(torch.float64)
     limit = BLOWUP * torch.clamp((n - 1) / n.sqrt(), min=1.0)
-    flagged = keyed & (n >= 2) & constant & (rows.advantage.abs() > limit)
+    flagged = keyed & (n >= 2) & constant & (rows.advantage.abs() > limit) & ~explained
     if not bool(flagged.any()):
         return []
     largest = float(rows.advantage[flagged].abs().max())
@@ -228,7 +229,10 @@ def turn_level(rows: Rows, scheme: Scheme) -> list[Hit]:
         return []
     if rows.enc.trajectory_count == 0:
         return []
-    once = replace(scheme, members="trajectories", representative="first", siblings="equal", name="")
+    try:
+        once = replace(scheme, members="trajectories", representative="first", siblings="equal", name="")
+    except SchemeError:
+        return []  # its estimator has no form that counts each trajectory once (sub-group baselines)
     deduplicated = rows.values_of(once)
     own = rows.values_of(scheme)
     if deduplicated is None or own is None:
