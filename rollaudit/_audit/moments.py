@@ -16,10 +16,10 @@ the values, the group's place in the batch or the thread count):
   ``(N - 1) % 4 + 1`` terms that continues as lane 0, then four lanes taking every fourth term (lane ``k`` the
   terms ``h + k, h + k + 4, ...``), combined as ``(lane0 + lane2) + (lane1 + lane3)``;
 * the last ``N % 4`` rows (1 to 3): a sequential head of the first 4 terms that continues as lane 0, then
-  ``(N - 4) // 8`` passes of 8 terms (none where ``N < 12``) and the ``(N - 4) % 8`` terms left added one by one
-  at the end. The second of three or of two such rows spreads each pass over four lanes (terms ``4 + k`` and
-  ``8 + k`` of a pass to lane ``k``), combined as ``(lane0 + lane2) + (lane1 + lane3)``; the others over eight
-  lanes (term ``4 + k`` of a pass to lane ``k``), combined as
+  ``(N - 4) // 8`` passes of 8 terms where ``N >= 12`` (none below), and the terms left after the passes added
+  one by one at the end. The second of three or of two such rows spreads each pass over four lanes (the pass's
+  terms ``k`` and ``k + 4`` to lane ``k``), combined as ``(lane0 + lane2) + (lane1 + lane3)``; the others over
+  eight lanes (the pass's term ``k`` to lane ``k``), combined as
   ``((lane0 + lane4) + (lane2 + lane6)) + ((lane1 + lane5) + (lane3 + lane7))``.
 
 That is bit for bit this build's order (MKL 2024.2 on x86-64); another MKL version or CPU dispatch, another BLAS,
@@ -28,8 +28,8 @@ except where a std of rounding noise divides (a blow-up's size follows the noise
 
 The masked-out term of a leave-one-out row is a 0 in the same place (adding 0 is exact), so in the leading
 blocks a member's own lane is summed again without it and the other lanes are the group's; each of the last
-rows is summed on its own with its own term 0. Everything else is the framework's own
-elementwise arithmetic on tensors of its dtype.
+rows is summed on its own with its own term 0. Everything else is the framework's own elementwise arithmetic
+on tensors of its dtype.
 """
 
 from __future__ import annotations
@@ -115,60 +115,65 @@ def _last_rows_sums(
     columns = terms.shape[1]
     device = terms.device
     size = sizes[group]
-    left = size.remainder(LANES)
-    last = torch.nonzero(place >= size - left).squeeze(1)
+    last = torch.nonzero(place >= size - size.remainder(LANES)).squeeze(1)
     sums = torch.zeros(last.numel(), columns, dtype=terms.dtype, device=device)
     if last.numel() == 0:
         return last, sums
-    # Each group's terms in place order, one after the other.
-    starts = torch.cumsum(sizes, 0) - sizes
-    in_place_order = torch.empty_like(terms)
-    in_place_order[starts[group] + place] = terms
-    last_group, last_place, last_size, last_left = group[last], place[last], size[last], left[last]
-    passes = torch.where(
-        last_size >= LAST_HEAD + LAST_PASS, (last_size - LAST_HEAD).div(LAST_PASS, rounding_mode="floor"), 0
-    )
-    four_lanes = (last_left >= 2) & (last_place == last_size - last_left + 1)
-    # Rows with a similar number of passes side by side as dense rows (up to a power of two passes; the padding
-    # adds exact zeros at the end of each lane), so that a row of m passes costs about m steps.
+    has_last = sizes.remainder(LANES) > 0
+    passes = torch.where(sizes >= LAST_HEAD + LAST_PASS, (sizes - LAST_HEAD).div(LAST_PASS, rounding_mode="floor"), 0)
+    passes_end = LAST_HEAD + LAST_PASS * passes
+    last_group, last_place = group[last], place[last]
+    last_left = sizes[last_group].remainder(LANES)
+    four_lanes = (last_left >= 2) & (last_place == sizes[last_group] - last_left + 1)
+    # Groups with a similar number of passes side by side as dense rows, one per group (up to a power of two
+    # passes; the padding adds exact zeros at the end of each lane), so that a row of m passes costs about m steps.
     bucket = torch.ceil(torch.log2((passes + 1).to(torch.float64))).to(torch.int64)
-    for level in torch.unique(bucket).tolist():
-        rows = torch.nonzero(bucket == level).squeeze(1)
-        most = (1 << level) - 1 if level > 0 else 0
+    last_bucket = bucket[last_group]
+    for level in torch.unique(bucket[has_last]).tolist():
+        most = (1 << level) - 1
         body_end = LAST_HEAD + LAST_PASS * most
         width = body_end + LAST_PASS - 1  # the terms after the passes are fewer than a pass
-        row_size, row_passes = last_size[rows], passes[rows]
-        # Every (row, term) pair: the term's place q in the group and its column in the dense row.
-        row_of_pair = torch.repeat_interleave(torch.arange(rows.numel(), device=device), row_size)
-        pair_start = torch.cumsum(row_size, 0) - row_size
-        q = torch.arange(row_of_pair.numel(), device=device) - pair_start[row_of_pair]
-        passes_end = LAST_HEAD + LAST_PASS * row_passes[row_of_pair]
-        column = torch.where(q < passes_end, q, q - passes_end + body_end)
-        value = in_place_order[starts[last_group[rows]][row_of_pair] + q]
+        held = torch.nonzero(has_last & (bucket == level)).squeeze(1)
+        slot_of_group = torch.full_like(sizes, -1)
+        slot_of_group[held] = torch.arange(held.numel(), device=device)
+        members = torch.nonzero(slot_of_group[group] >= 0).squeeze(1)
+        member_group = group[members]
+        column = _last_rows_column(place[members], passes_end[member_group], body_end)
+        by_group = torch.zeros(held.numel(), width, columns, dtype=terms.dtype, device=device)
+        by_group.view(-1, columns)[slot_of_group[member_group] * width + column] = terms[members]
+        rows = torch.nonzero(last_bucket == level).squeeze(1)
+        row_group = last_group[rows]
+        dense = by_group.index_select(0, slot_of_group[row_group])
         if leave_one_out:
-            value = torch.where((q == last_place[rows][row_of_pair]).unsqueeze(1), 0.0, value)
-        dense = torch.zeros(rows.numel(), width, columns, dtype=terms.dtype, device=device)
-        dense[row_of_pair, column] = value
-        head = torch.zeros(rows.numel(), columns, dtype=terms.dtype, device=device)
-        for at in range(LAST_HEAD):
-            head = head + dense[:, at]
-        body = dense[:, LAST_HEAD:body_end].reshape(rows.numel(), most, LAST_PASS, columns)
-        eight = torch.zeros(rows.numel(), LAST_PASS, columns, dtype=terms.dtype, device=device)
-        eight[:, 0] = head
-        four = eight[:, :LANES].clone()
-        for at in range(most):
-            eight = eight + body[:, at]
-            four = four + body[:, at, :LANES]
-            four = four + body[:, at, LANES:]
-        by_eight = ((eight[:, 0] + eight[:, 4]) + (eight[:, 2] + eight[:, 6])) + (
-            (eight[:, 1] + eight[:, 5]) + (eight[:, 3] + eight[:, 7])
-        )
-        by_four = (four[:, 0] + four[:, 2]) + (four[:, 1] + four[:, 3])
-        total = torch.where(four_lanes[rows].unsqueeze(1), by_four, by_eight)
+            own = _last_rows_column(last_place[rows], passes_end[row_group], body_end)
+            dense[torch.arange(rows.numel(), device=device), own] = 0.0
+        total = dense[:, 0]
+        for at in range(1, LAST_HEAD):
+            total = total + dense[:, at]
+        if most:
+            body = dense[:, LAST_HEAD:body_end].reshape(rows.numel(), most, LAST_PASS, columns)
+            eight = torch.zeros(rows.numel(), LAST_PASS, columns, dtype=terms.dtype, device=device)
+            eight[:, 0] = total
+            four = eight[:, :LANES].clone()
+            for at in range(most):
+                eight = eight + body[:, at]
+                four = four + body[:, at, :LANES]
+                four = four + body[:, at, LANES:]
+            by_eight = ((eight[:, 0] + eight[:, 4]) + (eight[:, 2] + eight[:, 6])) + (
+                (eight[:, 1] + eight[:, 5]) + (eight[:, 3] + eight[:, 7])
+            )
+            by_four = (four[:, 0] + four[:, 2]) + (four[:, 1] + four[:, 3])
+            total = torch.where(four_lanes[rows].unsqueeze(1), by_four, by_eight)
         for at in range(body_end, width):
             total = total + dense[:, at]
         sums[rows] = total
     return last, sums
+
+
+def _last_rows_column(place: torch.Tensor, passes_end: torch.Tensor, body_end: int) -> torch.Tensor:
+    """The column of the term in ``place`` in a dense row of the last rows' kernel: the head and the passes in
+    place order, the terms after a group's passes from ``body_end`` on (after the bucket's longest passes)."""
+    return torch.where(place < passes_end, place, place - passes_end + body_end)
 
 
 def moment_advantages(

@@ -19,15 +19,43 @@ from tests.conformance.conftest import corpus
 f32 = np.float32
 
 
-def matmul_row_sum(terms: list) -> np.float32:
-    """One row of NeMo-RL's float32 mask-matrix product: a sequential head of (N - 1) % 4 + 1 terms that goes on
-    as lane 0, four lanes of every fourth term after it, then (lane0 + lane2) + (lane1 + lane3)."""
-    head = (len(terms) - 1) % 4 + 1
-    lanes = [f32(0.0)] * 4
-    for index, term in enumerate(terms):
-        lane = 0 if index < head else (index - head) % 4
-        lanes[lane] = f32(lanes[lane] + term)
-    return f32(f32(lanes[0] + lanes[2]) + f32(lanes[1] + lanes[3]))
+def matmul_row_sum(terms: list, row: int) -> np.float32:
+    """Row ``row`` of NeMo-RL's float32 mask-matrix product (an ``N x N`` matrix times a vector: MKL's ``sgemv``).
+
+    The rows of the leading blocks of 4: a sequential head of (N - 1) % 4 + 1 terms that goes on as lane 0, four
+    lanes of every fourth term after it, then (lane0 + lane2) + (lane1 + lane3). The last N % 4 rows: a sequential
+    head of 4 terms that goes on as lane 0, (N - 4) // 8 passes of 8 terms where N >= 12, each pass's term k to
+    lane k (the second of two or three such rows: terms k and k + 4 to lane k, of four), the lanes combined in
+    pairs, then the terms after the passes one by one."""
+    size = len(terms)
+    if row < size - size % 4:
+        head = (size - 1) % 4 + 1
+        lanes = [f32(0.0)] * 4
+        for index, term in enumerate(terms):
+            lane = 0 if index < head else (index - head) % 4
+            lanes[lane] = f32(lanes[lane] + term)
+        return f32(f32(lanes[0] + lanes[2]) + f32(lanes[1] + lanes[3]))
+    total = f32(0.0)
+    for term in terms[:4]:
+        total = f32(total + term)
+    passes = (size - 4) // 8 if size >= 12 else 0
+    four = size % 4 >= 2 and row == size - size % 4 + 1
+    if passes:
+        lanes = [total] + [f32(0.0)] * (3 if four else 7)
+        for at in range(passes):
+            chunk = terms[4 + 8 * at : 12 + 8 * at]
+            for k, term in enumerate(chunk):
+                lanes[k % 4 if four else k] = f32(lanes[k % 4 if four else k] + term)
+        if four:
+            total = f32(f32(lanes[0] + lanes[2]) + f32(lanes[1] + lanes[3]))
+        else:
+            total = f32(
+                f32(f32(lanes[0] + lanes[4]) + f32(lanes[2] + lanes[6]))
+                + f32(f32(lanes[1] + lanes[5]) + f32(lanes[3] + lanes[7]))
+            )
+    for term in terms[4 + 8 * passes :]:
+        total = f32(total + term)
+    return total
 
 
 def nemo_oracle(rewards: list[float], leave_one_out: bool, normalize: bool = True) -> list[float]:
@@ -40,8 +68,8 @@ def nemo_oracle(rewards: list[float], leave_one_out: bool, normalize: bool = Tru
     out = []
     for i, value in enumerate(values):
         keep = [f32(0.0) if leave_one_out and j == i else v for j, v in enumerate(values)]
-        baseline = f32(matmul_row_sum(keep) / counted)
-        squares = f32(matmul_row_sum([f32(v * v) for v in keep]) / counted)
+        baseline = f32(matmul_row_sum(keep, i) / counted)
+        squares = f32(matmul_row_sum([f32(v * v) for v in keep], i) / counted)
         with np.errstate(divide="ignore", invalid="ignore"):
             variance = f32(f32(squares - f32(baseline * baseline)) * f32(counted / f32(counted - f32(1))))
             std = np.sqrt(variance)

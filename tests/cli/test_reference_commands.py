@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 import rollaudit
 from rollaudit._cli import app
-from rollaudit._loaders.formats import areal, slime, verl
+from rollaudit._loaders.formats import areal, verl
+from rollaudit._loaders.formats.pickled import slime
 from rollaudit._loaders.registry import FORMATS
 from rollaudit._render.registry import COMPARE_RENDERERS, JSON_SCHEMAS
 
