@@ -26,10 +26,16 @@ def ordered(report: Report) -> list[Finding]:
     return sorted(report.findings, key=lambda finding: SEVERITY_ORDER[finding.severity])
 
 
+# What a finding rests on where it is not the dump's own advantages: the scheme the user named, or assumed.
+_EVIDENCE = {"given": "under the scheme given", "framework default": "assumed: under the framework's default scheme"}
+
+
 def finding_line(finding: Finding) -> str:
-    """``error batch-as-group: 3 of 4 steps centred as one group (slime #2204)``: the reference where it exists."""
-    reference = f" ({finding.reference})" if finding.reference else ""
-    return visible(f"{finding.severity} {finding.code}: {finding.summary}{reference}")
+    """``error batch-as-group: 3 of 4 steps centred as one group (slime #2204)``: the reference where it exists,
+    and what the finding rests on where that is not the recorded advantages (``assumed: under the framework's
+    default scheme``)."""
+    notes = [note for note in (finding.reference, _EVIDENCE.get(finding.evidence)) if note]
+    return visible(f"{finding.severity} {finding.code}: {finding.summary}" + "".join(f" ({note})" for note in notes))
 
 
 def rows_label(rows: Sequence[int]) -> str:

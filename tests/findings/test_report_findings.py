@@ -78,3 +78,15 @@ def test_watch_names_a_finding_at_the_step_it_first_appears(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("step 1 ") and lines[0].endswith("· first found: batch-as-group")
     assert lines[1].startswith("step 2 ") and "first found" not in lines[1]
+
+
+def test_a_finding_on_an_assumed_scheme_says_so():
+    from rollaudit._audit.findings.finding import Finding
+    from rollaudit._render.findings import finding_line
+
+    assumed = Finding(
+        "singleton-raw-reward", "2 one-member groups got their reward", 2, 2, (5,), evidence="framework default"
+    )
+    recorded = Finding("singleton-raw-reward", "2 one-member groups got their reward", 2, 2, (5,))
+    assert finding_line(assumed).endswith("(verl #7150) (assumed: under the framework's default scheme)")
+    assert finding_line(recorded).endswith("(verl #7150)")
