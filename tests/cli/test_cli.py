@@ -754,7 +754,7 @@ def test_markdown_escapes_html_in_prompt_keys(tmp_path):
     [(TRL, []), (NEMO, []), (DUMP_DETAILS, [])],
 )
 def test_compare_and_gate_name_the_same_scheme_from_one_fit(dump, options, monkeypatch):
-    from rollaudit._audit import fit
+    from rollaudit._audit.trained_with import fit
 
     calls = []
     real = fit._fit_schemes

@@ -254,7 +254,7 @@ def test_findings_not_checked_are_not_evaluated():
 def test_a_real_audit_without_the_run_s_advantages_does_not_pass_finding_rules_silently():
     result = run_gate(two_prompts(), gate_config(fail_on=["rows-misaligned"]), device="cpu")
     (rule,) = result.results
-    assert rule.evaluated is False and "nothing says which advantages the run trained with" in rule.message
+    assert rule.evaluated is False and "nothing says what the run trained with" in rule.message
 
 
 def test_finding_rules_fail_when_the_audit_cannot_run():
