@@ -90,3 +90,11 @@ def test_a_finding_on_an_assumed_scheme_says_so():
     recorded = Finding("singleton-raw-reward", "2 one-member groups got their reward", 2, 2, (5,))
     assert finding_line(assumed).endswith("(verl #7150) (assumed: under the framework's default scheme)")
     assert finding_line(recorded).endswith("(verl #7150)")
+
+
+def test_a_shifted_column_names_the_row_each_advantage_belongs_to(tmp_path):
+    case = CASES["rows-misaligned/shift-1"]()
+    pq.write_table(case.defective, tmp_path / "shifted.parquet")
+    (finding,) = rollaudit.audit(rollaudit.load(tmp_path / "shifted.parquet")).findings
+    # np.roll by 1: row i + 1 holds row i's advantage, the row 1 earlier.
+    assert finding.detail["shift"] == 1 and "belongs to the row 1 earlier" in finding.summary

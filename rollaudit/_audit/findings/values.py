@@ -153,7 +153,7 @@ def misaligned(rows: Rows, candidates: list[Scheme]) -> list[Hit]:
             shifted, expected = (a[k:], values[:-k]) if k > 0 else (a[:k], values[-k:])
             if rows.share(rows.matches(expected, shifted)) >= ALMOST_ALL:
                 flagged = torch.ones(rows.rows, dtype=torch.bool)
-                where = "later" if k > 0 else "earlier"
+                where = "earlier" if k > 0 else "later"  # row i + k holds row i's advantage
                 unit = "row" if abs(k) == 1 else "rows"
                 return [
                     Hit(
