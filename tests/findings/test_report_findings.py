@@ -98,3 +98,15 @@ def test_a_shifted_column_names_the_row_each_advantage_belongs_to(tmp_path):
     (finding,) = rollaudit.audit(rollaudit.load(tmp_path / "shifted.parquet")).findings
     # np.roll by 1: row i + 1 holds row i's advantage, the row 1 earlier.
     assert finding.detail["shift"] == 1 and "belongs to the row 1 earlier" in finding.summary
+
+
+def test_an_unscaled_advantage_of_a_lone_reward_is_no_blow_up():
+    # Dr.GRPO on rewards in the hundreds: row 0's peers share one reward, and r - mean = -75 is what the arithmetic
+    # gives (within the group's reward range), not a std of rounding noise.
+    table = rollaudit.make_table(
+        reward=[0.0, 100.0, 100.0, 100.0, 0.0, 1.0],
+        prompt=[0, 0, 0, 0, 1, 1],
+        recorded_advantage=[-75.0, 25.0, 25.0, 25.0, -0.5, 0.5],
+    )
+    report = rollaudit.audit(table)
+    assert report.trained_with.scheme == "dr-grpo" and report.findings == []

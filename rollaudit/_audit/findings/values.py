@@ -27,7 +27,8 @@ SHIFTS = (1, -1, 2, -2, 3, -3)
 NEAR_CONSTANT_ULPS = 8
 """Rewards within this many float32 units in the last place of each other are one value to a float32 trainer."""
 BLOWUP = 10.0
-"""A near-constant group's |A| counts as blown up beyond this many times the std-scaled bound (n-1)/sqrt(n)."""
+"""A near-constant group's |A| counts as blown up beyond this many times the std-scaled bound (n-1)/sqrt(n) and the
+group's reward range."""
 SCALE_RATIO = 3.0
 """Agents whose reward spreads differ by this factor or more do not share one baseline's scale."""
 
@@ -122,7 +123,14 @@ def near_constant(rows: Rows, explained: torch.Tensor) -> list[Hit]:
     keyed = rows.group >= 0
     n = torch.ones(rows.rows, dtype=torch.float64)
     n[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]).to(torch.float64)
-    limit = BLOWUP * torch.clamp((n - 1) / n.sqrt(), min=1.0)
+    # Beyond both what a std-scaled group of n can give and the group's reward range (what r - mean and
+    # leave-one-out without std can give): no estimator's arithmetic, only a std of rounding noise, gets there.
+    finite = torch.isfinite(rows.reward)
+    high = _per_group(rows, torch.where(finite, rows.reward, -math.inf), "amax", -math.inf)
+    low = _per_group(rows, torch.where(finite, rows.reward, math.inf), "amin", math.inf)
+    reward_range = torch.zeros(rows.rows, dtype=torch.float64)
+    reward_range[keyed] = (high - low).index_select(0, rows.group[keyed])
+    limit = BLOWUP * torch.maximum(torch.clamp((n - 1) / n.sqrt(), min=1.0), reward_range)
     flagged = keyed & (n >= 2) & constant & (rows.advantage.abs() > limit) & ~explained
     if not bool(flagged.any()):
         return []
