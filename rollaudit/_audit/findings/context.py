@@ -40,6 +40,7 @@ class Rows:
     present: torch.Tensor  # the rows with an advantage to check (recorded ones: those recorded)
     full: pa.Table | None = None  # every row, the untrained ones too, where the dump has untrained rows
     row_numbers: np.ndarray | None = None  # each row's number in the table as loaded (untrained rows counted)
+    prompt_groups: tuple[torch.Tensor, int] | None = None  # the audit's own (step, prompt) codes (gaps) and count
     _values: dict[Scheme, torch.Tensor | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -48,17 +49,12 @@ class Rows:
         self.advantage = torch.where(self.present, self.advantage, torch.nan)
         self.dtype = recorded_dtype(self.advantage) if self.evidence == "recorded" else self._scheme_dtype()
 
-    def group_rows(self, prompt_groups: tuple[torch.Tensor, int] | None = None) -> None:
-        """Take the audit's own (step, prompt) group codes (gaps allowed) and their count, rather than make them."""
-        self._prompt_groups = prompt_groups
-
     @cached_property
     def _grouped(self) -> tuple[torch.Tensor, int]:
         keys = self.enc.prompt.cpu()
         keyed = (keys >= 0) & self.present
-        given = getattr(self, "_prompt_groups", None)
-        if given is not None:
-            return torch.where(keyed, given[0].cpu(), -1), given[1]
+        if self.prompt_groups is not None:
+            return torch.where(keyed, self.prompt_groups[0].cpu(), -1), self.prompt_groups[1]
         pairs = self.step * (int(keys.max()) + 1 if keys.numel() else 1) + keys
         group = torch.full_like(keys, -1)
         uniques, inverse = torch.unique(pairs[keyed], return_inverse=True)
@@ -70,10 +66,6 @@ class Rows:
         """Each row's true (step, prompt) group, -1 without a prompt key or an advantage to check (made on first
         use: a clean run's checks may never need it)."""
         return self._grouped[0]
-
-    @group.setter
-    def group(self, value: torch.Tensor) -> None:
-        self._grouped = (value, self._grouped[1])
 
     @property
     def groups(self) -> int:

@@ -68,18 +68,16 @@ def find(
     """
     present = torch.ones(int(enc.rows), dtype=torch.bool) if present is None else present.cpu()
     advantage = advantage.to(torch.float64).cpu()
-    whole = Rows(enc, table, advantage, None, evidence, present, full, row_numbers)
-    whole.group_rows(prompt_groups)
     found: dict[str, list[Hit]] = {}
+    whole: Rows | None = None  # every row of the run: where findings are counted and their examples taken
     for mask, scheme in parts:
-        rows = (
-            whole if mask is None else Rows(enc, table, advantage, scheme, evidence, present & mask, full, row_numbers)
-        )
-        if mask is None:
-            rows.scheme, rows.dtype = scheme, rows.dtype if evidence == "recorded" else _dtype(scheme)
-        rows.group_rows(prompt_groups)
+        on = present if mask is None else present & mask
+        rows = Rows(enc, table, advantage, scheme, evidence, on, full, row_numbers, prompt_groups)
+        whole = rows if mask is None else whole
         for hit in _part_hits(rows, scheme, closest):
             found.setdefault(hit.code, []).append(hit._replace(flagged=hit.flagged & rows.present))
+    if whole is None:
+        whole = Rows(enc, table, advantage, None, evidence, present, full, row_numbers, prompt_groups)
     findings = []
     for code, hits in found.items():
         flagged = hits[0].flagged
@@ -102,10 +100,6 @@ def find(
             )
         )
     return sorted(findings, key=Finding.rank)
-
-
-def _dtype(scheme: Scheme | None) -> str:
-    return "float64" if scheme is None else scheme.dtype
 
 
 def _part_hits(rows: Rows, scheme: Scheme | None, closest: Scheme | None) -> list[Hit]:

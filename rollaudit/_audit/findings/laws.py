@@ -105,14 +105,18 @@ def laws_of_parts(schemes: list[Scheme | None]) -> LawsKept:
     return LawsKept(laws if bound is not None else laws - {BOUND}, bound)
 
 
-def _segment_max(values: torch.Tensor, index: torch.Tensor, count: int, fill: float) -> torch.Tensor:
+def per_code(values: torch.Tensor, codes: torch.Tensor, count: int, how: str) -> torch.Tensor:
+    """``values`` reduced (``amax``, ``amin`` or ``sum``) per code of ``count`` codes; a code without rows holds the
+    reduction's identity (-inf or +inf for floats, the dtype's least or greatest integer, 0)."""
+    if how == "sum":
+        fill: float = 0
+    elif values.is_floating_point():
+        fill = -math.inf if how == "amax" else math.inf
+    else:
+        bounds = torch.iinfo(values.dtype)
+        fill = bounds.min if how == "amax" else bounds.max
     out = torch.full((count,), fill, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, index, values, "amax")
-
-
-def _segment_min(values: torch.Tensor, index: torch.Tensor, count: int, fill: float) -> torch.Tensor:
-    out = torch.full((count,), fill, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, index, values, "amin")
+    return out.scatter_reduce_(0, codes, values, how)
 
 
 def _dense(codes: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -139,12 +143,10 @@ def broken_laws(
     at = torch.nonzero(member).flatten()
     codes, count = _dense(group[at])
     sizes = torch.bincount(codes, minlength=count)
-    keep = sizes.index_select(0, codes) >= 2
+    keep = sizes.index_select(0, codes) >= 2  # the groups of one member leave gaps in the codes: harmless
     at, codes = at[keep], codes[keep]
-    codes, count = _dense(codes)
-    sizes = torch.bincount(codes, minlength=count)
     r, a = reward[at], advantage[at]
-    scale = _segment_max(a.abs(), codes, count, 0.0).clamp_min_(1.0)
+    scale = per_code(a.abs(), codes, count, "amax").clamp_min_(1.0)
     relative = relative_tolerance(dtype)
     tolerance = (relative * scale).index_select(0, codes)
 
@@ -164,8 +166,8 @@ def broken_laws(
         cells = int(cell_sorted[-1]) + 1 if order.numel() else 0
         cell = torch.empty_like(cell_sorted)
         cell[order] = cell_sorted
-        high = _segment_max(a, cell, cells, -math.inf)
-        low = _segment_min(a, cell, cells, math.inf)
+        high = per_code(a, cell, cells, "amax")
+        low = per_code(a, cell, cells, "amin")
         if EQUAL in group_laws:
             spread(
                 EQUAL, ((high.index_select(0, cell) - a) > tolerance) | ((a - low.index_select(0, cell)) > tolerance)
@@ -175,7 +177,7 @@ def broken_laws(
     if BOUND in group_laws and kept.bound is not None:
         n = sizes.to(torch.float64)
         if kept.bound == "range":
-            limit = _segment_max(r, codes, count, -math.inf) - _segment_min(r, codes, count, math.inf)
+            limit = per_code(r, codes, count, "amax") - per_code(r, codes, count, "amin")
         elif kept.bound == "unbiased":
             limit = (n - 1) / n.sqrt()
         else:

@@ -8,7 +8,6 @@ trajectory.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -18,6 +17,7 @@ import torch
 from ..._errors import SchemeError
 from ..._table import PROMPT, TRAJECTORY
 from ..schemes import Scheme, key_column
+from .laws import per_code
 
 if TYPE_CHECKING:
     from .context import Rows
@@ -38,11 +38,7 @@ class Hit(NamedTuple):
 def _mixed(major: torch.Tensor, minor: torch.Tensor, majors: int) -> torch.Tensor:
     """Per code of ``major``: whether its rows hold more than one ``minor`` code (a least and a greatest that
     differ: two passes over the rows, no sort)."""
-    low = torch.full((majors,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(
-        0, major, minor, "amin"
-    )
-    high = torch.full((majors,), -1, dtype=torch.int64).scatter_reduce_(0, major, minor, "amax")
-    return high > low
+    return per_code(minor, major, majors, "amax") > per_code(minor, major, majors, "amin")
 
 
 def _distinct(codes: torch.Tensor, count: int) -> int:
@@ -53,9 +49,7 @@ def _distinct(codes: torch.Tensor, count: int) -> int:
 def _contiguous(rows: Rows, codes: torch.Tensor, count: int) -> bool:
     """Whether the groups are slices, not keys: each a run of consecutive rows in batch order, all of one size n
     but for at most one per step (the last)."""
-    rank = rows.batch_rank
-    low = torch.full((count,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amin")
-    high = torch.full((count,), -1, dtype=torch.int64).scatter_reduce_(0, codes, rank, "amax")
+    low, high = per_code(rows.batch_rank, codes, count, "amin"), per_code(rows.batch_rank, codes, count, "amax")
     sizes = torch.bincount(codes, minlength=count)
     used = sizes > 0
     if not bool(((high - low + 1)[used] == sizes[used]).all()):
@@ -64,9 +58,12 @@ def _contiguous(rows: Rows, codes: torch.Tensor, count: int) -> bool:
     return int(counts.sum() - counts.max()) <= int(rows.enc.steps)
 
 
-def compare_groupings(rows: Rows, scheme: Scheme, codes: torch.Tensor, count: int) -> list[Hit]:
-    """The run's groups (``codes``: each row's group, ``count`` codes) against the true groups."""
-    keyed = rows.group >= 0
+def compare_groupings(
+    rows: Rows, scheme: Scheme, codes: torch.Tensor, count: int, left_out: torch.Tensor | None = None
+) -> list[Hit]:
+    """The run's groups (``codes``: each row's group, ``count`` codes) against the true groups, but for the rows
+    ``left_out`` (a tail another code names, the steps a signature did not fit)."""
+    keyed = rows.group >= 0 if left_out is None else (rows.group >= 0) & ~left_out
     if not bool(keyed.any()):
         return []
     run, true = codes[keyed], rows.group[keyed]
@@ -168,17 +165,7 @@ def known_grouping(rows: Rows, scheme: Scheme) -> list[Hit]:
         tail[ungrouped.cpu()] = True
     codes = grouping.codes.cpu() if grouping.codes.numel() == rows.rows else torch.zeros(rows.rows, dtype=torch.int64)
     hits = tail_rows(rows, scheme, tail)
-    return hits + compare_groupings(_without(rows, tail), scheme, codes, max(grouping.count, 1))
-
-
-def _without(rows: Rows, left_out: torch.Tensor) -> Rows:
-    """The rows as they are, but that ``left_out`` rows are in no true group."""
-    if not bool(left_out.any()):
-        return rows
-    view = copy.copy(rows)
-    view.__dict__.pop("group_sizes", None)  # made of the rows' groups, not the view's
-    view.group = torch.where(left_out, -1, rows.group)
-    return view
+    return hits + compare_groupings(rows, scheme, codes, max(grouping.count, 1), tail)
 
 
 def _batch_variants() -> list[Scheme]:
@@ -221,7 +208,7 @@ def _batch_steps(rows: Rows) -> list[Hit]:
         several = _mixed(step[keyed], rows.group[keyed], steps)  # a step of several prompts
         fitted = (missed_per_step == 0) & several
         if bool(fitted.any()):
-            return compare_groupings(_without(rows, ~fitted.index_select(0, step)), scheme, step, steps)
+            return compare_groupings(rows, scheme, step, steps, ~fitted.index_select(0, step))
     return []
 
 
@@ -251,7 +238,7 @@ def _slice_fits(rows: Rows) -> list[Hit]:
                 continue
             grouping = grouping_of(rows.enc, scheme)
             hits = tail_rows(rows, scheme, tail)
-            hits += compare_groupings(_without(rows, tail), scheme, grouping.codes.cpu(), grouping.count)
+            hits += compare_groupings(rows, scheme, grouping.codes.cpu(), grouping.count, tail)
             if hits:
                 return hits
     return []

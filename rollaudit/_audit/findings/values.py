@@ -13,7 +13,7 @@ import torch
 
 from ..._errors import SchemeError
 from ..._table import AGENT, NOT_TRAINED, PROMPT, STEP, group_codes
-from .laws import FINITE, laws_kept
+from .laws import FINITE, laws_kept, per_code
 from .structure import ALMOST_ALL, Hit
 
 if TYPE_CHECKING:
@@ -33,10 +33,10 @@ SCALE_RATIO = 3.0
 """Agents whose reward spreads differ by this factor or more do not share one baseline's scale."""
 
 
-def _per_group(rows: Rows, values: torch.Tensor, reduce: str, fill: float) -> torch.Tensor:
+def _per_group(rows: Rows, values: torch.Tensor, how: str) -> torch.Tensor:
+    """``values`` reduced per true group, over the rows that have one."""
     keyed = rows.group >= 0
-    out = torch.full((max(rows.groups, 1),), fill, dtype=torch.float64)
-    return out.scatter_reduce_(0, rows.group[keyed], values[keyed].to(torch.float64), reduce)
+    return per_code(values[keyed].to(torch.float64), rows.group[keyed], max(rows.groups, 1), how)
 
 
 def nonfinite(rows: Rows, scheme: Scheme | None) -> list[Hit]:
@@ -47,8 +47,9 @@ def nonfinite(rows: Rows, scheme: Scheme | None) -> list[Hit]:
     flagged = torch.isfinite(rows.reward) & ~torch.isfinite(rows.advantage)
     if not bool(flagged.any()):
         return []
-    alone = flagged & (rows.group >= 0)
-    alone[alone.clone()] = rows.group_sizes.index_select(0, rows.group[alone]) == 1
+    keyed = flagged & (rows.group >= 0)
+    alone = torch.zeros_like(flagged)
+    alone[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]) == 1
     where = f"{int(alone.sum()):,} of them in one-sample groups" if bool(alone.any()) else "none in one-sample groups"
     return [
         Hit(
@@ -71,7 +72,7 @@ def singleton_raw(rows: Rows) -> list[Hit]:
     raw[own_reward] = rows.group_sizes.index_select(0, rows.group[own_reward]) == 1
     if rows.enc.trajectory_count:
         trajectory = rows.trajectory.to(torch.float64)
-        one = _per_group(rows, trajectory, "amin", math.inf) == _per_group(rows, trajectory, "amax", -math.inf)
+        one = _per_group(rows, trajectory, "amin") == _per_group(rows, trajectory, "amax")
         raw[own_reward] |= one.index_select(0, rows.group[own_reward]) & (rows.trajectory[own_reward] >= 0)
     if not bool(raw.any()):
         return []
@@ -86,30 +87,27 @@ def singleton_raw(rows: Rows) -> list[Hit]:
     ]
 
 
-def _peer_spread(rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+def _peer_spread(rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row: how far apart the finite rewards of the other rows of its group are (the leave-one-out peers),
-    and their largest magnitude; rows of no group get inf."""
+    their largest magnitude, and the range of the whole group's finite rewards; rows of no group get inf."""
     keyed = (rows.group >= 0) & torch.isfinite(rows.reward)
     group = torch.where(keyed, rows.group, 0)
     r = rows.reward
-    lowest, highest = math.inf, -math.inf
 
-    def reduce(values: torch.Tensor, how: str, fill: float, where: torch.Tensor) -> torch.Tensor:
-        out = torch.full((max(rows.groups, 1),), fill, dtype=torch.float64)
-        return out.scatter_reduce_(0, group[where], values[where], how).index_select(0, group)
+    def reduce(values: torch.Tensor, how: str, where: torch.Tensor) -> torch.Tensor:
+        return per_code(values[where], group[where], max(rows.groups, 1), how).index_select(0, group)
 
-    top = reduce(r, "amax", highest, keyed)
-    bottom = reduce(r, "amin", lowest, keyed)
+    top, bottom = reduce(r, "amax", keyed), reduce(r, "amin", keyed)
     ones = torch.ones_like(r)
-    tops = reduce(ones, "sum", 0.0, keyed & (r == top))
-    bottoms = reduce(ones, "sum", 0.0, keyed & (r == bottom))
-    second_top = reduce(r, "amax", highest, keyed & (r < top))
-    second_bottom = reduce(r, "amin", lowest, keyed & (r > bottom))
+    tops = reduce(ones, "sum", keyed & (r == top))
+    bottoms = reduce(ones, "sum", keyed & (r == bottom))
+    second_top = reduce(r, "amax", keyed & (r < top))
+    second_bottom = reduce(r, "amin", keyed & (r > bottom))
     # A row that alone holds its group's highest (lowest) reward leaves the next one as its peers' highest.
     peer_top = torch.where((r == top) & (tops == 1), second_top, top)
     peer_bottom = torch.where((r == bottom) & (bottoms == 1), second_bottom, bottom)
     spread = torch.where(keyed, peer_top - peer_bottom, math.inf)
-    return spread, torch.maximum(peer_top.abs(), peer_bottom.abs())
+    return spread, torch.maximum(peer_top.abs(), peer_bottom.abs()), torch.where(keyed, top - bottom, math.inf)
 
 
 def near_constant(rows: Rows, explained: torch.Tensor) -> list[Hit]:
@@ -118,18 +116,13 @@ def near_constant(rows: Rows, explained: torch.Tensor) -> list[Hit]:
     ``explained`` by another code (a tail divided by eps) are not this one's."""
     if not bool((rows.advantage.abs() > BLOWUP).any()) or not rows.groups:
         return []  # no |A| beyond the least limit: nothing blew up
-    spread, magnitude = _peer_spread(rows)
+    spread, magnitude, reward_range = _peer_spread(rows)
     constant = spread <= NEAR_CONSTANT_ULPS * 2.0**-23 * magnitude
     keyed = rows.group >= 0
     n = torch.ones(rows.rows, dtype=torch.float64)
     n[keyed] = rows.group_sizes.index_select(0, rows.group[keyed]).to(torch.float64)
     # Beyond both what a std-scaled group of n can give and the group's reward range (what r - mean and
     # leave-one-out without std can give): no estimator's arithmetic, only a std of rounding noise, gets there.
-    finite = torch.isfinite(rows.reward)
-    high = _per_group(rows, torch.where(finite, rows.reward, -math.inf), "amax", -math.inf)
-    low = _per_group(rows, torch.where(finite, rows.reward, math.inf), "amin", math.inf)
-    reward_range = torch.zeros(rows.rows, dtype=torch.float64)
-    reward_range[keyed] = (high - low).index_select(0, rows.group[keyed])
     limit = BLOWUP * torch.maximum(torch.clamp((n - 1) / n.sqrt(), min=1.0), reward_range)
     flagged = keyed & (n >= 2) & constant & (rows.advantage.abs() > limit) & ~explained
     if not bool(flagged.any()):
