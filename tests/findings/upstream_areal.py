@@ -40,9 +40,7 @@ import argparse
 import importlib
 import importlib.abc
 import importlib.machinery
-import subprocess
 import sys
-import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +49,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from tests.findings.upstream_stubs import note_commit, stub_packages
 
 COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
@@ -118,76 +118,12 @@ def rewards(design: Design) -> list[list[np.ndarray]]:
 # Upstream.
 
 
-class _StubMeta(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub
-
-    def __getitem__(cls, item: Any) -> Any:
-        return _Stub
-
-    def __or__(cls, other: Any) -> Any:
-        return _Stub
-
-    def __ror__(cls, other: Any) -> Any:
-        return _Stub
-
-
-class _Stub(metaclass=_StubMeta):
-    """Anything a stubbed module is asked for: a class that can be subclassed, called, indexed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _Stub()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub()
-
-    def __iter__(self) -> Any:
-        return iter(())
-
-    def __bool__(self) -> bool:
-        return False
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots: Sequence[str]) -> None:
-        self.roots = set(roots)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
 def load_upstream(upstream: Path) -> tuple[Any, Any, Any]:
     """(NormConfig, Normalization, concat_batch) from the checkout."""
     if not (upstream / "areal" / "utils" / "data.py").is_file():
         raise SystemExit(f"{upstream}: no areal/utils/data.py (pass the folder that holds areal/)")
-    head = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0 and head.stdout.strip() != COMMIT:
-        print(f"note: {upstream} is at {head.stdout.strip()}, the fixtures were made at {COMMIT}", file=sys.stderr)
-    sys.meta_path.insert(0, _StubFinder(STUBBED))
+    note_commit(upstream, COMMIT)
+    stub_packages(STUBBED)
     sys.path.insert(0, str(upstream))
     cli_args = importlib.import_module("areal.api.cli_args")
     data = importlib.import_module("areal.utils.data")

@@ -43,7 +43,6 @@ import argparse
 import importlib
 import importlib.abc
 import importlib.machinery
-import subprocess
 import sys
 import tempfile
 import types
@@ -55,6 +54,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from tests.findings.upstream_stubs import note_commit, stub_packages
 
 COMMIT = "e6c3044aa6201c8bfa4573c1b03142af599e730d"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
@@ -155,43 +156,6 @@ def prompts(design: Design, at_step: int, step: Step) -> list[Prompt]:
 # Upstream.
 
 
-class _StubMeta(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub
-
-    def __getitem__(cls, item: Any) -> Any:
-        return _Stub
-
-    def __or__(cls, other: Any) -> Any:
-        return _Stub
-
-    def __ror__(cls, other: Any) -> Any:
-        return _Stub
-
-
-class _Stub(metaclass=_StubMeta):
-    """Anything a stubbed module is asked for: a class that can be subclassed, called, indexed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _Stub()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Stub()
-
-    def __iter__(self) -> Any:
-        return iter(())
-
-    def __bool__(self) -> bool:
-        return False
-
-
 def _identity_remote(*args: Any, **kwargs: Any) -> Any:
     """``ray.remote`` as a no-op decorator: ``DataPreparationActor`` stays the plain class."""
     if len(args) == 1 and not kwargs and callable(args[0]):
@@ -199,43 +163,12 @@ def _identity_remote(*args: Any, **kwargs: Any) -> Any:
     return lambda target: target
 
 
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        if self.__name__ == "ray" and name == "remote":
-            return _identity_remote
-        return _Stub
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots: Sequence[str]) -> None:
-        self.roots = set(roots)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
 def load_upstream(upstream: Path) -> tuple[Any, Any, Any]:
     """(data_loader, data_types, dataset_transformation) from the checkout."""
     if not (upstream / "open_instruct" / "data_loader.py").is_file():
         raise SystemExit(f"{upstream}: no open_instruct/data_loader.py (pass the folder that holds open_instruct/)")
-    head = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0 and head.stdout.strip() != COMMIT:
-        print(f"note: {upstream} is at {head.stdout.strip()}, the fixtures were made at {COMMIT}", file=sys.stderr)
-    for name in [name for name in sys.modules if name.split(".")[0] in STUBBED]:
-        del sys.modules[name]
-    sys.meta_path.insert(0, _StubFinder(STUBBED))
+    note_commit(upstream, COMMIT)
+    stub_packages(STUBBED, {"ray": {"remote": _identity_remote}})
     sys.path.insert(0, str(upstream))
     data_loader = importlib.import_module("open_instruct.data_loader")
     data_types = importlib.import_module("open_instruct.data_types")
