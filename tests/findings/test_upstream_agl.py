@@ -12,31 +12,16 @@ bfloat16 error, so the set does not hang on the precision.
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
-import pyarrow.parquet as pq
 
-import rollaudit
+from tests.findings.upstream_fixtures import FIXTURES, audit, columns
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
 BEFORE = FIXTURES / "agl_before_462.parquet"
 AFTER = FIXTURES / "agl_after_462.parquet"
 MARGIN = 0.15
 """The least move of a row that moves (``tests/findings/upstream_agl.py``)."""
 BFLOAT16 = 0.075
 """agent-lightning's scores and verl's GRPO arithmetic are bfloat16 here: values within this of the float64 ones."""
-
-
-def audit(path: Path) -> rollaudit.Report:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rollaudit.RollauditWarning)
-        return rollaudit.audit(rollaudit.load(path))
-
-
-def columns(path: Path) -> dict[str, np.ndarray]:
-    return {name: np.asarray(values) for name, values in pq.read_table(path).to_pydict().items()}
 
 
 def _grpo(reward: np.ndarray) -> np.ndarray:

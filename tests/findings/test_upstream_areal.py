@@ -11,36 +11,25 @@ The rows that show the defect are computed here from the table alone: each step'
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import rollaudit
+from tests.findings.upstream_fixtures import (
+    assert_control_is_a_preset,
+    assert_found_on,
+    audit,
+    column,
+    described,
+    fixture,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
 CODE = "tail-rows-unnormalised"
 EPS = 1e-5
 DEFECTIVE = {"areal_stride_binary": 4, "areal_stride_continuous": 8}
 """Fixture: AReaL's group_size (the stride)."""
 CONTROLS = {"areal_group_binary": 4, "areal_group_continuous": 8, "areal_stride_divisible": 4}
-
-
-def fixture(name: str) -> Path:
-    return FIXTURES / f"{name}.parquet"
-
-
-def column(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False))
-
-
-def audit(name: str) -> rollaudit.Report:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rollaudit.RollauditWarning)
-        return rollaudit.audit(rollaudit.load(fixture(name)))
 
 
 def tail_rows(table: pa.Table, stride: int) -> list[int]:
@@ -62,10 +51,6 @@ def per_prompt(table: pa.Table) -> np.ndarray:
         std = reward[rows].std(ddof=1) if rows.sum() > 1 else 1.0
         out[rows] = (reward[rows] - reward[rows].mean()) / (std + EPS)
     return out
-
-
-def described(report: rollaudit.Report) -> list[dict[str, object]]:
-    return [finding.to_dict() for finding in report.findings]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -110,41 +95,20 @@ def test_control_fixture_is_per_prompt(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(DEFECTIVE))
 def test_defective_gets_tail_rows_unnormalised_on_the_tail(name: str) -> None:
-    table = pq.read_table(fixture(name))
-    expected = tail_rows(table, DEFECTIVE[name])
-    report = audit(name)
-    found = [finding for finding in report.findings if finding.code == CODE]
-    assert found, f"{name}: expected {CODE} on rows {expected}, found {described(report)}"
-    finding = found[0]
-    step = column(table, "step")
-    assert finding.rows == len(expected), f"{name}: rows {expected}: {finding.to_dict()}"
-    assert tuple(finding.steps) == tuple(sorted({int(step[row]) for row in expected})), finding.to_dict()
-    assert finding.detail.get("n", DEFECTIVE[name]) == DEFECTIVE[name], finding.to_dict()
-    assert finding.examples, finding.to_dict()
-    for example in finding.examples:
-        assert example.rows and set(example.rows) <= set(expected), f"{name}: {example.to_dict()} not in {expected}"
-        assert {int(step[row]) for row in example.rows} == {example.step}, example.to_dict()
+    expected = tail_rows(pq.read_table(fixture(name)), DEFECTIVE[name])
+    assert_found_on(name, CODE, expected, DEFECTIVE[name])
 
 
 @pytest.mark.parametrize("name", list(DEFECTIVE))
 def test_defective_gets_no_other_code(name: str) -> None:
     """The tail explains every row that differs: no second code on them (a tail row whose prompt's other rows share
     one reward is not a near-constant group)."""
-    report = audit(name)
+    report = audit(fixture(name))
     assert [finding.code for finding in report.findings] == [CODE], f"{name}: {described(report)}"
 
 
 @pytest.mark.parametrize("name", list(CONTROLS))
 def test_control_gets_no_finding_and_a_preset(name: str) -> None:
-    report = audit(name)
-    assert report.findings == [], f"{name}: {described(report)}"
-    scheme = report.trained_with.scheme
-    assert scheme is not None, f"{name}: {report.trained_with.to_dict()}"
-    table = pq.read_table(fixture(name))
-    canonical = rollaudit.make_table(
-        reward=column(table, "reward"), prompt=column(table, "prompt_id"), step=column(table, "step")
-    )
-    named = column(rollaudit.recompute(canonical, [scheme]), f"advantage:{scheme}").astype(np.float64)
     # The preset fits to rollaudit's own fit tolerance (areal-group fits to float32 rounding; a preset with eps 1e-6
     # is within 1e-4 of it).
-    np.testing.assert_allclose(named, column(table, "advantage"), rtol=0, atol=1e-4, err_msg=scheme)
+    assert_control_is_a_preset(name)

@@ -13,35 +13,24 @@ with more than one ``prompt_id``.
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import rollaudit
+from tests.findings.upstream_fixtures import (
+    assert_control_is_a_preset,
+    assert_found_on,
+    audit,
+    column,
+    described,
+    fixture,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
 CODE = "straddling-slices"
 DEFECTIVE = {"oi_masktrunc_centered_n4": (4, "centered"), "oi_masktrunc_standard_n6": (6, "standard")}
 """Fixture: (num_samples_per_prompt_rollout, advantage_normalization_type)."""
 CONTROLS = {"oi_nofilter_centered_n4": (4, "centered"), "oi_nofilter_standard_n6": (6, "standard")}
-
-
-def fixture(name: str) -> Path:
-    return FIXTURES / f"{name}.parquet"
-
-
-def column(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False))
-
-
-def audit(name: str) -> rollaudit.Report:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rollaudit.RollauditWarning)
-        return rollaudit.audit(rollaudit.load(fixture(name)))
 
 
 def slice_keys(table: pa.Table, n: int) -> np.ndarray:
@@ -76,10 +65,6 @@ def grouped(reward: np.ndarray, keys: np.ndarray, normalization: str) -> np.ndar
 
 def prompt_keys(table: pa.Table) -> np.ndarray:
     return column(table, "step") * 1_000_000 + column(table, "prompt_id")
-
-
-def described(report: rollaudit.Report) -> list[dict[str, object]]:
-    return [finding.to_dict() for finding in report.findings]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -126,39 +111,17 @@ def test_control_fixture_is_per_prompt(name: str) -> None:
 @pytest.mark.parametrize("name", list(DEFECTIVE))
 def test_defective_gets_straddling_slices_on_the_straddlers(name: str) -> None:
     n = DEFECTIVE[name][0]
-    table = pq.read_table(fixture(name))
-    expected = straddling_rows(table, n)
-    report = audit(name)
-    found = [finding for finding in report.findings if finding.code == CODE]
-    assert found, f"{name}: expected {CODE} on {len(expected)} rows, found {described(report)}"
-    finding = found[0]
-    step = column(table, "step")
-    assert finding.rows == len(expected), f"{name}: rows {expected}: {finding.to_dict()}"
-    assert tuple(finding.steps) == tuple(sorted({int(step[row]) for row in expected})), finding.to_dict()
-    assert finding.detail.get("n", n) == n, finding.to_dict()
-    assert finding.examples, finding.to_dict()
-    for example in finding.examples:
-        assert example.rows and set(example.rows) <= set(expected), f"{name}: {example.to_dict()} not in {expected}"
-        assert {int(step[row]) for row in example.rows} == {example.step}, example.to_dict()
+    assert_found_on(name, CODE, straddling_rows(pq.read_table(fixture(name)), n), n)
 
 
 @pytest.mark.parametrize("name", list(DEFECTIVE))
 def test_defective_gets_no_other_code(name: str) -> None:
-    report = audit(name)
+    report = audit(fixture(name))
     assert [finding.code for finding in report.findings] == [CODE], f"{name}: {described(report)}"
 
 
 @pytest.mark.parametrize("name", list(CONTROLS))
 def test_control_gets_no_finding_and_a_preset(name: str) -> None:
-    report = audit(name)
-    assert report.findings == [], f"{name}: {described(report)}"
-    scheme = report.trained_with.scheme
-    assert scheme is not None, f"{name}: {report.trained_with.to_dict()}"
-    table = pq.read_table(fixture(name))
-    canonical = rollaudit.make_table(
-        reward=column(table, "reward"), prompt=column(table, "prompt_id"), step=column(table, "step")
-    )
-    named = column(rollaudit.recompute(canonical, [scheme]), f"advantage:{scheme}").astype(np.float64)
     # Within rollaudit's fit tolerance: the table has no prompt_idx column, so oi-standard (std + 1e-8) cannot be
     # named; a preset with std + 1e-6 is within 1e-4 of it.
-    np.testing.assert_allclose(named, column(table, "advantage"), rtol=0, atol=1e-4, err_msg=scheme)
+    assert_control_is_a_preset(name)

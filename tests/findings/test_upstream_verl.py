@@ -8,29 +8,14 @@ whose reward is not 0 (a one-sample prompt with reward 0 gets 0 from both estima
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
-import pyarrow.parquet as pq
 
-import rollaudit
+from tests.findings.upstream_fixtures import FIXTURES, audit, columns
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "findings"
 RLOO = FIXTURES / "verl_rloo.parquet"
 RLOO_VECTORIZED = FIXTURES / "verl_rloo_vectorized.parquet"
 FLOAT32 = 1e-6
 """verl computes in float32: its values are within this of the exact ones here (|A| < 2)."""
-
-
-def audit(path: Path) -> rollaudit.Report:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rollaudit.RollauditWarning)
-        return rollaudit.audit(rollaudit.load(path))
-
-
-def columns(path: Path) -> dict[str, np.ndarray]:
-    return {name: np.asarray(values) for name, values in pq.read_table(path).to_pydict().items()}
 
 
 def group_sizes(table: dict[str, np.ndarray]) -> np.ndarray:
