@@ -307,8 +307,10 @@ def _compute(
                 presets = [default, *(name for name in presets if name != default)]
             candidates = [*presets, *values, *recorded_schemes, *([plan.given] if plan.given else [])]
             cell_codes, where_labels = _part_cells(encoded, table)
+            # The prompt groups already made, keyless rows (sliced by n there) in none: each row's tolerance scale.
+            group_codes = None if groups is None else torch.where(encoded.prompt >= 0, groups.group, -1).cpu().numpy()
             detection, cells = detect_by_cells(
-                encoded, table, candidates, recorded_tolerance, computed=values, cell_codes=cell_codes
+                encoded, table, candidates, recorded_tolerance, values, cell_codes, group_codes
             )
             parts = () if detection.matched or cells is None else split_parts(cells, encoded.step_values, where_labels)
             trained = from_recorded(detection, plan.given, RECORDED_ROW, parts)

@@ -367,6 +367,7 @@ def _fit_schemes(
     unavailable: dict[str, str] | None = None,
     cells: Cells | None = None,
     tiers: Mapping[str, int] | None = None,
+    groups: np.ndarray | None = None,
 ) -> list[tuple[PresetFit, bytes]]:
     """(fit, digest of the recomputed values on the recorded rows) per scheme that runs, best first; the schemes
     that cannot run go into ``unavailable`` (scheme -> the error's line) when it is given.
@@ -376,12 +377,13 @@ def _fit_schemes(
     so no scheme is recomputed twice). A digest, not the values, is kept per scheme: ties are told apart
     without holding every scheme's column at once. ``cells``: where each scheme's errors are also counted per
     cell of the recorded rows (:class:`CellFits`). ``tiers``: how schemes that fit as many rows rank
-    (:func:`preset_tiers`; 1 where not given).
+    (:func:`preset_tiers`; 1 where not given). ``groups``: each recorded row's (step, prompt) group code, -1
+    without a prompt key, where the caller has them (made here otherwise).
     """
     from ..kernel import advantages
 
     scale = error_scale(recorded)
-    magnitude = row_magnitudes(recorded, _group_codes(encoded, present))
+    magnitude = row_magnitudes(recorded, _group_codes(encoded, present) if groups is None else groups)
     fitted: dict[str, tuple[PresetFit, bytes]] = {}
     roundings: dict[str, float] = {}
     for spec in specs:
@@ -627,16 +629,19 @@ def detect_by_cells(
     tolerance: float = DEFAULT_RECORDED_TOLERANCE,
     computed: Mapping[str, torch.Tensor] | None = None,
     cell_codes: np.ndarray | None = None,
+    group_codes: np.ndarray | None = None,
 ) -> tuple[Detection, CellFits | None]:
     """:func:`detect_encoded`, and where ``cell_codes`` (an int64 code per row of the table) is given, how each
-    scheme does on each cell of the recorded rows, from the same pass."""
+    scheme does on each cell of the recorded rows, from the same pass. ``group_codes``: each row's (step, prompt)
+    group code (-1 without a prompt key), where the caller has made them (``audit``: its prompt groups)."""
     present = recorded_mask(table)
     recorded = _recorded_on(table, present)
     unavailable: dict[str, str] = {}
     names = [str(get_scheme(spec)) for spec in schemes]
     tiers = preset_tiers(names, table)
     cells = None if cell_codes is None else Cells(np.asarray(cell_codes, dtype=np.int64)[present], tiers)
-    fitted = _fit_schemes(encoded, present, recorded, names, tolerance, computed, unavailable, cells, tiers)
+    groups = None if group_codes is None else np.asarray(group_codes, dtype=np.int64)[present]
+    fitted = _fit_schemes(encoded, present, recorded, names, tolerance, computed, unavailable, cells, tiers, groups)
     fits = tuple(fit for fit, _ in fitted)
     matched = bool(fits) and fits[0].share_within_tolerance == 1.0
     scale = error_scale(recorded)
