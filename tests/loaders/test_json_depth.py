@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rollaudit import InputError
 from rollaudit._loaders.arrow import tables
 
 
@@ -25,20 +24,16 @@ def test_the_bound_is_the_longest_line_or_its_opening_brackets_across_chunk_edge
 
 
 def test_a_line_of_many_shallow_brackets_passes_the_exact_scan(tmp_path: Path):
-    path = tmp_path / "wide.jsonl"
-    path.write_bytes(b'{"ok": 1}\n{"lists": [' + b",".join([b"[0]"] * 2000) + b"]}\n")
-    tables.check_json_depth(path)  # 2,001 opening brackets on a line, nested 3 deep: no error
+    text = b'{"ok": 1}\n{"lists": [' + b",".join([b"[0]"] * 2000) + b"]}\n"
+    assert tables.too_deep_line(np.frombuffer(text, dtype=np.uint8)) is None  # 2,001 opening brackets, 3 deep
 
 
 def test_a_deep_line_is_named_whatever_the_others(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(tables, "_DEPTH_CHUNK", 97)  # the deep line straddles many chunks
-    path = tmp_path / "deep.jsonl"
-    path.write_bytes(b'{"ok": 1}\n' * 50 + b'{"x": ' + b"[" * 600 + b"]" * 600 + b"}\n" + b'{"ok": 2}\n')
-    with pytest.raises(InputError, match="line 51 nests JSON more than 512 levels deep"):
-        tables.check_json_depth(path)
+    text = b'{"ok": 1}\n' * 50 + b'{"x": ' + b"[" * 600 + b"]" * 600 + b"}\n" + b'{"ok": 2}\n'
+    assert tables.too_deep_line(np.frombuffer(text, dtype=np.uint8)) == 51
 
 
 def test_brackets_inside_strings_count_toward_the_bound_but_not_the_depth(tmp_path: Path):
-    path = tmp_path / "strings.jsonl"
-    path.write_bytes(b'{"text": "' + b"[" * 1000 + b'"}\n')
-    tables.check_json_depth(path)
+    text = b'{"text": "' + b"[" * 1000 + b'"}\n'
+    assert tables.too_deep_line(np.frombuffer(text, dtype=np.uint8)) is None

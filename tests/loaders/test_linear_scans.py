@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from rollaudit import InputError
@@ -74,7 +75,7 @@ def test_prime_rl_reward_names_in_linear_time(tmp_path: Path, case: str):
     _assert_linear(lambda n: _reward_names_of(tmp_path, PRIME_RL_PADDING[case](n)), base=100_000)
 
 
-# Scans of JSON Lines before a parser sees them: the first line that is no object, the nesting depth.
+# JSON Lines read by either reader, their checks included (the first line that is no object, the nesting depth).
 JSON_PADDING = {
     "blank lines": lambda n: b'{"a": 1}\n' + b" \t\r\n" * (n // 4) + b"null\n",
     "blanks without a newline": lambda n: b'{"a": 1}\n' + b" \t\r" * (n // 3) + b"\n",
@@ -85,8 +86,11 @@ JSON_PADDING = {
 }
 
 
+_TEXT_SCHEMA = pa.schema([("a", pa.string())])
+
+
 @pytest.mark.parametrize("case", sorted(JSON_PADDING))
-def test_json_lines_checks_in_linear_time(tmp_path: Path, case: str, monkeypatch):
+def test_json_lines_reads_in_linear_time(tmp_path: Path, case: str, monkeypatch):
     # Chunks that stay in the processor's cache at every size: what grows is the number of chunks, as in a file of
     # gigabytes, not the cost of each.
     monkeypatch.setattr(tables, "_DEPTH_CHUNK", 1 << 16)
@@ -96,8 +100,8 @@ def test_json_lines_checks_in_linear_time(tmp_path: Path, case: str, monkeypatch
 
         def run() -> object:
             try:
-                tables.check_json_depth(path)
-                return json_lines._check_objects(path)
+                json_lines.read_json_lines(path, _TEXT_SCHEMA)
+                return json_lines.read_json_lines(path, _TEXT_SCHEMA, token_lists=True)
             except InputError:
                 return None
 

@@ -236,14 +236,6 @@ _LINE_START_NOT_AN_OBJECT = re.compile(rb"[ \t\r]*+[^{ \t\r\n]")
 _BLANK_TO_END = re.compile(rb"[ \t\r]*+\Z")
 
 
-def file_chunks(path: Path) -> Iterator[bytes]:
-    """The bytes of ``path``, ``_DEPTH_CHUNK`` at a time. Read, never mapped: a file truncated while mapped (a
-    trainer saving the same path again) kills the process with SIGBUS; read, it just ends sooner."""
-    with open(path, "rb", buffering=0) as stream:
-        while chunk := stream.read(_DEPTH_CHUNK):
-            yield chunk
-
-
 def first_non_object_line(chunks: Iterator[bytes]) -> int | None:
     """The first line (from 1) whose first character that is not blank is not ``{``, in the text of ``chunks``."""
     newlines, at_line_start = 0, True  # at_line_start: only blanks since the last newline (or the file's start)
@@ -304,32 +296,6 @@ class _DepthScan:
         self.in_string = int(inside[-1]) if not newline[-1] else 0
         self.depth = relative_end
         return int(too_deep.argmax()) if too_deep.any() else None
-
-
-def check_json_depth(path: Path, limit: int = MAX_JSON_DEPTH) -> None:
-    """InputError naming the line of ``path`` whose JSON nests deeper than ``limit``, before a parser sees it."""
-    try:
-        line = _too_deep_in(_FileBytes(path), limit)
-    except OSError:  # the reader reports it
-        return
-    if line is not None:
-        raise InputError(
-            f"line {line} nests JSON more than {limit} levels deep",
-            file=str(path),
-            expected="rollout records (a few levels deep)",
-        )
-
-
-class _FileBytes:
-    """A file's bytes as uint8 arrays, a chunk at a time; each pass over them reads the file again."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __iter__(self) -> Iterator[Any]:
-        import numpy as np
-
-        return (np.frombuffer(chunk, dtype=np.uint8) for chunk in file_chunks(self.path))
 
 
 def too_deep_line(view: Any, limit: int = MAX_JSON_DEPTH) -> int | None:
