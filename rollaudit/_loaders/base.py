@@ -75,6 +75,10 @@ class Format:
     trained_with: tuple[tuple[str | None, str], ...] = ()
     """``(preset, why)`` per layout: the preset the loader stamps as the run's default (``trained_with``), None
     when it cannot tell which, and why; empty when the format names none."""
+    read_files: Callable[[list[Path], LoadOptions], list[pa.Table]] | None = None
+    """``read`` of several files at once, each table as ``read`` makes it, where a format's per-file work is mostly
+    fixed cost (verl's 460 KB step files): a worker reads its task's files of the format with one call. None: file
+    by file."""
     cannot_audit: tuple[str, ...] = ()
     """What its dumps cannot show, in the words the report uses (e.g. no trajectory key)."""
     step_of: Callable[[Path], str] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -171,17 +172,166 @@ def test_a_modified_dump_invalidates_its_cache_entry(small_run: Path, tmp_path: 
 
 
 def test_a_damaged_cache_entry_is_a_miss_and_is_rewritten(small_run: Path, tmp_path: Path, monkeypatch):
+    """Windows of 2 files: each of the 3 windows is one entry; the two damaged ones are read again, and rewritten."""
+    monkeypatch.setattr(_cache, "WINDOW_FILES", 2)
     cache = tmp_path / "cache"
     expected = rollaudit.load(small_run, cache=cache)
     entries = sorted(cache.rglob("*.parquet"))
-    assert len(entries) == 6
+    assert len(entries) == 3
     entries[0].write_bytes(b"PAR1 not a parquet file")
     entries[1].write_bytes(entries[1].read_bytes()[:100])
     spy = ReduceSpy(monkeypatch)
     assert rollaudit.load(small_run, cache=cache).equals(expected)
-    assert len(spy.paths) == 2
+    assert len(spy.paths) == 4  # the files of the two damaged windows; the third window's served
     spy.paths.clear()
     assert rollaudit.load(small_run, cache=cache).equals(expected) and spy.paths == []
+    assert sorted(cache.rglob("*.parquet")) == entries  # rewritten where they were
+
+
+def _reads(paths: list[Path], cache: Path | bool) -> list[_engine.Read]:
+    from rollaudit._loaders.run.load import _detect_one_format
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RollauditWarning)
+        return _engine.run_items(paths, rollaudit.LoadOptions(cache=cache), None, _detect_one_format())
+
+
+def _same_reads(first: list[_engine.Read], second: list[_engine.Read]) -> bool:
+    """The same files, read by the same formats into the same tables: columns, types, values, schema metadata."""
+    return [(read.format, read.path) for read in first] == [(read.format, read.path) for read in second] and all(
+        one.table.equals(other.table, check_metadata=True) for one, other in zip(first, second, strict=True)
+    )
+
+
+def test_a_run_that_grows_reads_only_its_new_files(small_run: Path, tmp_path: Path, monkeypatch):
+    """Windows of 4 files (``rollaudit watch`` re-audits a growing run): the full windows' entries are served as
+    they are; the last window's is rewritten in place with its new files, which alone are read."""
+    monkeypatch.setattr(_cache, "WINDOW_FILES", 4)
+    cache = tmp_path / "cache"
+    rollaudit.load(small_run, cache=cache)  # steps 0-3 and 4-5
+    before = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in cache.rglob("*.parquet")}
+    assert len(before) == 2
+    more = write_run(tmp_path / "more", 9, samples=16, tokens=50, seed=2)
+    more[6].replace(small_run / "6.pt")
+    spy = ReduceSpy(monkeypatch)
+    cached = rollaudit.load(small_run, cache=cache)
+    assert spy.paths == [small_run / "6.pt"]
+    assert cached.equals(rollaudit.load(small_run))
+    after = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in cache.rglob("*.parquet")}
+    assert set(after) == set(before)  # the last window's entry replaced, not joined by another
+    assert len([path for path in before if after[path] == before[path]]) == 1  # the first window's, untouched
+
+    for step in (7, 8):  # past the second window's end: a third window
+        more[step].replace(small_run / f"{step}.pt")
+    spy = ReduceSpy(monkeypatch)
+    grown = _reads(sorted(small_run.iterdir()), cache)
+    assert spy.paths == [small_run / "7.pt", small_run / "8.pt"]
+    assert len(list(cache.rglob("*.parquet"))) == 3
+    spy.paths.clear()
+    assert _same_reads(_reads(sorted(small_run.iterdir()), cache), grown) and spy.paths == []
+    assert _same_reads(grown, _reads(sorted(small_run.iterdir()), False))
+
+    (small_run / "6.pt").unlink()  # a file gone: 8.pt moves into the second window, whose entry lacks it
+    spy.paths.clear()
+    cached = rollaudit.load(small_run, cache=cache)
+    assert spy.paths == [small_run / "8.pt"] and cached.equals(rollaudit.load(small_run))
+    (small_run / "8.pt").unlink()  # the last window's entry rewritten without it: nothing read
+    spy.paths.clear()
+    cached = rollaudit.load(small_run, cache=cache)
+    assert spy.paths == [] and cached.equals(rollaudit.load(small_run))
+    spy.paths.clear()
+    assert rollaudit.load(small_run, cache=cache).equals(cached) and spy.paths == []
+
+
+def test_a_dump_rewritten_with_its_mtime_put_back_is_read_again(tmp_path: Path, monkeypatch):
+    """Freshness is by stat, not by the dump's bytes: a same-size rewrite with its mtime restored still moves the
+    ctime. The other files of its window are served from the entry."""
+    from tests.loaders.test_unpickle import generate
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in range(3):
+        generate.save_rollout_dump(run / f"{step}.pt", step, generate.spec_4_3_4_step())
+    cache = tmp_path / "cache"
+    before = rollaudit.load(run, cache=cache)
+    dump = run / "1.pt"
+    status = dump.stat()
+    samples = generate.spec_4_3_4_step()
+    for sample in samples:
+        sample["reward"] = 1.0 - sample["reward"]  # same types, same pickle size
+    generate.save_rollout_dump(dump, 1, samples)
+    os.utime(dump, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert (dump.stat().st_size, dump.stat().st_mtime_ns) == (status.st_size, status.st_mtime_ns)
+    spy = ReduceSpy(monkeypatch)
+    after = rollaudit.load(run, cache=cache)
+    assert spy.paths == [dump]
+    assert after.equals(rollaudit.load(run)) and not after.equals(before)
+    spy.paths.clear()
+    assert rollaudit.load(run, cache=cache).equals(after) and spy.paths == []
+
+
+def test_a_window_of_files_of_two_schemas_gives_each_file_its_own_table(tmp_path: Path, monkeypatch):
+    """A slime rollout dump and a train dump (other columns, other metadata) in one window: one part each, and each
+    file's read table comes back as read. A part of another write beside the entry is a miss."""
+    run = tmp_path / "dump_details"
+    shutil.copytree(DUMPS / "dump_details", run)
+    files = sorted(run.rglob("*.pt"))
+    cache = tmp_path / "cache"
+    fresh = _reads(files, False)
+    assert fresh[0].table.schema.names != fresh[1].table.schema.names
+    assert _same_reads(_reads(files, cache), fresh)
+    (entry,) = [path for path in cache.rglob("*.parquet") if "-" not in path.stem]
+    part = entry.with_name(f"{entry.stem}-1.parquet")
+    assert sorted(cache.rglob("*.parquet")) == sorted([entry, part])
+    spy = ReduceSpy(monkeypatch)
+    warm, opened = opened_under(run, lambda: _reads(files, cache))
+    assert _same_reads(warm, fresh) and spy.paths == [] and opened == []
+    assert all(read.cached for read in warm)
+
+    earlier = part.read_bytes()
+    os.utime(files[0], ns=(0, 0))  # its window written again, by another write
+    assert _same_reads(_reads(files, cache), fresh) and spy.paths == [files[0]]
+    part.write_bytes(earlier)  # the part of the earlier write, beside the entry of the later one
+    spy.paths.clear()
+    assert _same_reads(_reads(files, cache), fresh) and sorted(spy.paths) == files
+    spy.paths.clear()
+    assert _same_reads(_reads(files, cache), fresh) and spy.paths == []
+
+
+def test_a_window_is_kept_in_parts_of_at_most_part_rows(small_run: Path, tmp_path: Path, monkeypatch):
+    """Parts of two 16-row files: three Parquet files for the window, read back as one; written again with room
+    for all, the window is one part, and the parts the earlier write left are removed."""
+    monkeypatch.setattr(_cache, "PART_ROWS", 40)
+    cache = tmp_path / "cache"
+    files = sorted(small_run.iterdir())
+    fresh = _reads(files, False)
+    assert _same_reads(_reads(files, cache), fresh)
+    assert len(list(cache.rglob("*.parquet"))) == 3
+    spy = ReduceSpy(monkeypatch)
+    assert _same_reads(_reads(files, cache), fresh) and spy.paths == []
+    monkeypatch.setattr(_cache, "PART_ROWS", 1 << 20)
+    os.utime(files[0], ns=(0, 0))  # its window written again
+    assert _same_reads(_reads(files, cache), fresh) and spy.paths == [files[0]]
+    assert len(list(cache.rglob("*.parquet"))) == 1
+    spy.paths.clear()
+    assert _same_reads(_reads(files, cache), fresh) and spy.paths == []
+
+
+def test_a_full_disk_warns_once_and_the_load_goes_on(small_run: Path, tmp_path: Path, monkeypatch):
+    import errno
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_cache, "WINDOW_FILES", 2)
+    monkeypatch.setattr(_cache, "_write_temporary", full)
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert rollaudit.load(small_run, cache=cache).equals(rollaudit.load(small_run))
+    said = [str(warning.message) for warning in caught if "cache entries not written" in str(warning.message)]
+    assert len(said) == 1 and "No space left on device" in said[0], said  # three windows, one warning
+    assert [path for path in cache.rglob("*") if path.is_file()] == []
 
 
 def test_the_cache_is_keyed_by_the_options_that_change_the_reduction(tmp_path: Path, monkeypatch):
@@ -267,7 +417,7 @@ def test_load_keeps_its_cache_off_by_default_and_says_where_true_puts_it(small_r
     assert not (tmp_path / "xdg").exists()
     rollaudit.load(small_run, cache=True)
     assert _cache.default_cache_dir() == tmp_path / "xdg" / "rollaudit"
-    assert len(list((tmp_path / "xdg" / "rollaudit").rglob("*.parquet"))) == 6
+    assert len(list((tmp_path / "xdg" / "rollaudit").rglob("*.parquet"))) == 1  # one window of 6 files
 
 
 def test_a_default_cache_that_cannot_be_made_is_skipped_but_a_named_one_is_an_error(small_run, tmp_path, monkeypatch):

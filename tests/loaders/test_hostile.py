@@ -431,11 +431,16 @@ def test_a_tampered_cache_entry_is_a_miss(tmp_path: Path, case: str):
     """Once, a category was imported with importlib (``this`` printed the Zen of Python into ``--json``);
     malformed entries gave KeyError tracebacks."""
     dump, entry = _cached_run(tmp_path)
+    # The record of a window of files lists them column by column ("files"), their warnings as indices into the
+    # distinct lists of them ("warned"): this run is one file.
     changes: dict[str, Callable[[dict], dict]] = {
-        "a warning category naming a module": lambda stored: {**stored, "warned": [["this.Zen", "hi"]]},
-        "a missing key": lambda stored: {key: value for key, value in stored.items() if key != "format"},
+        "a warning category naming a module": lambda stored: {**stored, "warned": [[["this.Zen", "hi"]]]},
+        "a missing key": lambda stored: {
+            **stored,
+            "files": {key: value for key, value in stored["files"].items() if key != "format"},
+        },
         "a wrong type": lambda stored: {**stored, "warned": 7},
-        "a format that does not exist": lambda stored: {**stored, "format": "os"},
+        "a format that does not exist": lambda stored: {**stored, "files": {**stored["files"], "format": ["os"]}},
     }
     _rewrite_entry(entry, changes[case])
     result = run_measured("compare", dump, "--json", cwd=tmp_path)

@@ -157,14 +157,34 @@ _METADATA_CHANGES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(_METADATA_CHANGES))
-def test_an_entry_whose_format_metadata_changed_is_a_miss(tmp_path: Path, case: str):
-    """Once, an entry whose slime metadata lacked ``rollaudit.slime.step`` ended in a KeyError traceback."""
-    dump, entry = _cached_run(tmp_path)
+def _record(entry: Path) -> tuple[pa.Table, dict, dict]:
+    """An entry's table, its Parquet schema metadata and the cache's record in it: a window's files column by column
+    (``files``), each one's own schema metadata an index into the distinct ones (``metadata``, as hex pairs)."""
     table = pq.read_table(entry)
     metadata = dict(table.schema.metadata)
-    _METADATA_CHANGES[case](metadata)
-    pq.write_table(table.replace_schema_metadata(metadata), entry)  # the cache's own record left as it was
+    return table, metadata, json.loads(metadata[_CACHE_KEY])
+
+
+def _own_metadata(pairs: list) -> dict[bytes, bytes]:
+    return {bytes.fromhex(key): bytes.fromhex(value) for key, value in pairs}
+
+
+def _as_pairs(metadata: dict[bytes, bytes]) -> list:
+    return sorted([key.hex(), value.hex()] for key, value in metadata.items())
+
+
+@pytest.mark.parametrize("case", sorted(_METADATA_CHANGES))
+def test_an_entry_whose_format_metadata_changed_is_a_miss(tmp_path: Path, case: str):
+    """Once, an entry whose slime metadata lacked ``rollaudit.slime.step`` ended in a KeyError traceback. A file's
+    metadata is kept in the cache's record: changed there, the record's ``shape`` left as it was, it is a miss."""
+    dump, entry = _cached_run(tmp_path)
+    table, metadata, record = _record(entry)
+    (own,) = record["metadata"]
+    own = _own_metadata(own)
+    _METADATA_CHANGES[case](own)
+    record["metadata"] = [_as_pairs(own)]
+    metadata[_CACHE_KEY] = json.dumps(record).encode()
+    pq.write_table(table.replace_schema_metadata(metadata), entry)
     planted = size_of(entry)
     result = run_measured("compare", dump, "--json", cwd=tmp_path)
     check(f"cache entry with {case}", result, planted, codes=(0,))
@@ -190,15 +210,18 @@ def test_an_entry_forged_with_a_matching_record_is_a_miss(tmp_path: Path, sample
     fresh = rollaudit.load(dump, cache=False)
     rollaudit.load(dump, cache=cache)
     forged = 0
-    for entry in sorted(cache.rglob("*.parquet")):
-        table = pq.read_table(entry)
-        metadata = dict(table.schema.metadata)
-        record = json.loads(metadata[_CACHE_KEY])
-        for key in [key for key in metadata if key.startswith(b"rollaudit.") and key != _CACHE_KEY]:
-            _FORGERIES[forgery](metadata, key)
-            forged += 1
-        del metadata[_CACHE_KEY]
-        record["shape"] = _shape(table.replace_schema_metadata(metadata))
+    for entry in sorted(path for path in cache.rglob("*.parquet") if "-" not in path.stem):  # a window's part 0
+        table, metadata, record = _record(entry)
+        parts = [entry.with_name(f"{entry.stem}-{number}.parquet") for number in range(1, record["parts"])]
+        distinct = []
+        for pairs in record["metadata"]:
+            own = _own_metadata(pairs)
+            for key in [key for key in own if key.startswith(b"rollaudit.")]:
+                _FORGERIES[forgery](own, key)
+                forged += 1
+            distinct.append(_as_pairs(own))
+        record["metadata"] = distinct
+        record["shape"] = _shape([table, *(pq.read_table(part) for part in parts)], distinct)
         metadata[_CACHE_KEY] = json.dumps(record).encode()
         pq.write_table(table.replace_schema_metadata(metadata), entry)
     assert forged, "the sample's read tables carry no metadata of their own: nothing was forged"

@@ -187,3 +187,52 @@ def test_bad_files_give_one_line_and_exit_2(tmp_path: Path, capsys, name: str):
         code, stderr = cli_exit(path, capsys, "--format", "verl")
     assert code == 2
     assert stderr.count("\n") == 1 and message in stderr
+
+
+CORPUS_VERL = ROOT.parent / "shared" / "corpus" / "verl"
+_BATCHES = {
+    "corpus v1": sorted((CORPUS_VERL / "rollout_data_v1").glob("*.jsonl")),
+    "corpus v0": sorted((CORPUS_VERL / "rollout_data_v0").glob("*.jsonl")),
+    "sample v1": sorted((ROOT / "sample_dumps" / "verl_v1").rglob("*.jsonl")),
+    "sample v0": sorted(VERL.glob("*.jsonl")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BATCHES))
+def test_files_read_together_are_the_files_read_one_by_one(name: str):
+    """A worker reads a task's verl files in one pass: each table is what ``read`` makes of its file, metadata and
+    positions included (V1's padding rows counted per file)."""
+    from rollaudit._loaders.formats import verl
+    from rollaudit._loaders.options import LoadOptions
+
+    paths = _BATCHES[name]
+    if not paths:
+        pytest.skip("no such files here")
+    options = LoadOptions()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a missing reward is said by the file's own read (the engine's fallback)
+        together = verl.read_files([*paths, *paths], options)
+        alone = [verl.read(path, options) for path in [*paths, *paths]]
+    assert len(together) == len(alone)
+    for mine, theirs in zip(together, alone, strict=True):
+        assert mine.equals(theirs, check_metadata=True)
+
+
+def test_a_bad_file_read_with_others_is_named_as_alone(tmp_path: Path):
+    """One file of a task that fails, or that warns, is said exactly as its own read says it: the others' tables
+    are still read, its error names it and its row."""
+    from rollaudit._loaders.options import LoadOptions
+    from rollaudit._loaders.run.engine import read_outcomes
+
+    line = {**LINE, "uid": "p_0_0"}
+    good = [write_lines(tmp_path / f"{step}.jsonl", [dict(line, step=step)] * 4) for step in (1, 2)]
+    bad = write_lines(tmp_path / "3.jsonl", [dict(line, step=3), dict(line, step=3, uid="p_x_0")])
+    outcomes = read_outcomes([("verl", path) for path in [*good, bad]], LoadOptions())
+    assert [outcome.table is not None for outcome in outcomes] == [True, True, False]
+    assert outcomes[2].error is not None
+    _, fields = outcomes[2].error
+    assert fields["file"] == str(bad) and fields["row"] == 1 and "session_id is not a number" in fields["message"]
+    warned = write_lines(tmp_path / "4.jsonl", [dict(line, step=4), dict(line, step=4, score=float("nan"))])
+    outcomes = read_outcomes([("verl", path) for path in [*good, warned]], LoadOptions())
+    assert [len(outcome.warned) for outcome in outcomes] == [0, 0, 1]
+    assert str(warned) in outcomes[2].warned[0][1] or "4.jsonl" in outcomes[2].warned[0][1]

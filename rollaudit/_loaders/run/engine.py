@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any, overload
 from ... import _errors
 from ..._errors import InputError, RollauditError, RollauditWarning, UsageError, warn
 from ..registry import FORMATS
-from .cache import Cache, cache_directory
+from .cache import Cache, CacheEntry, cache_directory
 from .item import WorkItem
 
 if TYPE_CHECKING:
@@ -101,11 +102,31 @@ class Outcome:
 
     RollauditErrors travel as their fields: the default pickling of an
     exception keeps only its one line, not ``file``, ``field``, ``row``.
+    The table travels as an Arrow IPC stream: a tenth of its pickling's
+    cost each way (0.03 ms against 0.25 ms for a verl step file's table).
     """
 
     table: pa.Table | None
     warned: list[tuple[type[Warning], str]] = field(default_factory=list)
     error: tuple[str, dict[str, Any]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        import pyarrow as pa
+
+        state = dict(self.__dict__)
+        if self.table is not None:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.table.schema) as writer:
+                writer.write_table(self.table)
+            state["table"] = sink.getvalue()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import pyarrow as pa
+
+        if state.get("table") is not None:
+            state["table"] = pa.ipc.open_stream(state["table"]).read_all()
+        self.__dict__.update(state)
 
 
 def read_guarded(format_name: str, path: Path, options: LoadOptions) -> pa.Table:
@@ -204,17 +225,18 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
     warned: list[list[tuple[type[Warning], str]]] = [[] for _ in items]
     misses: list[int] = []
     own_work = _MEANWHILE.get()
-    if own_work is not None and cache is not None and items and cache.may_hold(items[0]):
-        # A cache entry is read once a child process has checked it: the child starts now, and its start-up
-        # (0.1 s) passes while this process does its own work. (The first file tells whether the run was read
-        # before: asking of every file would hash each twice on a run read for the first time.)
+    if cache is not None and cache.may_hold(items):
+        # Cache entries are read once a child process has checked them: the child starts now, and its start-up
+        # (0.1 s) passes while this process does its own work, where it has any. (The first window tells whether
+        # the run was read before.)
         from ..arrow import capped
 
         capped.start_reader()
-        own_work()
-        own_work = None
-    for index, item in enumerate(items):
-        entry = cache.get(item) if cache is not None else None
+        if own_work is not None:
+            own_work()
+            own_work = None
+    entries = cache.get(items) if cache is not None else [None] * len(items)
+    for index, (item, entry) in enumerate(zip(items, entries, strict=True)):
         if entry is None:
             misses.append(index)
             continue
@@ -234,8 +256,8 @@ def run_items(paths: Sequence[Path], options: LoadOptions, on_file: OnFile | Non
             _raise_error(outcome.error, item)
         assert outcome.table is not None and item.format is not None
         results[index] = Read(item.format, item.path, outcome.table)
-        if cache is not None:
-            cache.put(item, item.format, outcome.table, outcome.warned)
+        if cache is not None:  # its window is written once all its files are in
+            cache.read(index, CacheEntry(item.format, outcome.table, outcome.warned))
         if on_file is not None:
             on_file(str(item.path), item.size)
 
@@ -326,13 +348,38 @@ def tasks_of(work: list[tuple[int, WorkItem]], jobs: int) -> list[list[tuple[int
 
 
 def read_outcomes(files: list[tuple[str, Path]], options: LoadOptions) -> list[Outcome]:
-    """:func:`read_outcome` of each ``(format, path)`` in turn, up to the first that fails (the load stops there)."""
-    outcomes = []
-    for format_name, path in files:
-        outcomes.append(read_outcome(format_name, path, options))
-        if outcomes[-1].error is not None:
-            break
+    """:func:`read_outcome` of each ``(format, path)`` in turn, up to the first that fails (the load stops there);
+    consecutive files of a format that reads several at once (``Format.read_files``) in one call, and one by one
+    where that call fails."""
+    outcomes: list[Outcome] = []
+    for format_name, group in itertools.groupby(files, key=lambda file: file[0]):
+        paths = [path for _, path in group]
+        together = _read_together(format_name, paths, options)
+        if together is not None:
+            outcomes += together
+            continue
+        for path in paths:
+            outcomes.append(read_outcome(format_name, path, options))
+            if outcomes[-1].error is not None:
+                return outcomes
     return outcomes
+
+
+def _read_together(format_name: str, paths: list[Path], options: LoadOptions) -> list[Outcome] | None:
+    """The outcomes of reading ``paths`` with one ``read_files`` call, or None where the format has none, there is
+    one file, or the call fails or warns (each file is then read on its own, to say what names it)."""
+    read_files = FORMATS[format_name].read_files
+    if read_files is None or len(paths) < 2:
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            tables = read_files(paths, options)
+        except Exception:  # each file, read again on its own, says what is wrong as ``read`` says it
+            return None
+    if caught or len(tables) != len(paths):
+        return None
+    return [Outcome(table=table) for table in tables]
 
 
 def _start_worker() -> None:
