@@ -27,10 +27,10 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getattr__ below)
-    from ._audit.api import DEFAULT_SCHEMES, audit, recompute
+    from ._audit.api import audit, recompute
     from ._audit.describe import describe
     from ._audit.metric_names import METRICS
-    from ._audit.presets import PRESETS, get_scheme, split_schemes
+    from ._audit.presets import DEFAULT_SCHEMES, PRESETS, get_scheme, split_schemes
     from ._audit.report import SCHEMA_VERSION, Report
     from ._audit.schemes import Scheme
     from ._audit.trained_with.fit import Detection, detect_scheme, fit_presets
@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # the exports, for type checkers (imported lazily by __getatt
 # above and __all__ equal.
 _MODULE_OF = {
     "CANONICAL_COLUMNS": "._table",
-    "DEFAULT_SCHEMES": "._audit.api",
+    "DEFAULT_SCHEMES": "._audit.presets",
     "Detection": "._audit.trained_with.fit",
     "FORMATS": "._loaders.registry",
     "GateConfig": "._gate.config",

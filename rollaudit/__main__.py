@@ -1,6 +1,6 @@
 """``python -m rollaudit``: the ``rollaudit`` command."""
 
-from rollaudit._cli import main
+from rollaudit._cli import console
 
 if __name__ == "__main__":
-    main()
+    console()

@@ -32,7 +32,7 @@ from .._table import (
 )
 from .columns import Columns
 from .findings.detect import run_findings
-from .presets import get_scheme, split_schemes
+from .presets import DEFAULT_SCHEMES, get_scheme, split_schemes
 from .report import RECORDED_ROW, Distributions, Report
 from .schemes import Scheme
 from .trained_with.fit import (
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from .metrics import Groups
     from .trained_with.fit import Detection
 
-DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
 SchemeList = str | Scheme | Iterable[str | Scheme]
 
 

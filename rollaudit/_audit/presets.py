@@ -29,6 +29,9 @@ def _preset(name: str, notes: PresetNotes, **fields: Any) -> Scheme:
     return Scheme(name=name, notes=notes, **fields)
 
 
+DEFAULT_SCHEMES = ("batch", "prompt", "trajectory")
+"""What ``compare`` and ``audit`` recompute unless told otherwise."""
+
 PRESETS: dict[str, Scheme] = {
     preset.name: preset
     for preset in (

@@ -8,6 +8,6 @@ from __future__ import annotations
 from . import commands as _commands  # noqa: F401 - registers the commands on the app
 from . import reference as _reference  # noqa: F401 - registers the reference commands
 from . import watch as _watch  # noqa: F401 - registers the watch command
-from .app import app, main
+from .app import app, console, main
 
-__all__ = ["app", "main"]
+__all__ = ["app", "console", "main"]

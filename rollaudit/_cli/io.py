@@ -188,7 +188,7 @@ def load_inputs(
 
 def _import_audit_engine() -> None:
     with suppress(ImportError):  # the audit names what is missing
-        import rollaudit._audit.engine.encode  # noqa: F401  (torch)
+        import rollaudit._audit.api  # noqa: F401  (torch, and every module of the audit)
 
 
 def check_plot_directory(directory: Path) -> Path:

@@ -89,3 +89,15 @@ def test_library_tables_are_still_dataframes():
     key = report.per_prompt["prompt"].iloc[0]
     assert isinstance(report.prompt(key), pd.DataFrame)
     assert isinstance(rollaudit.recompute(rollaudit.load(SAMPLE, cache=False)).to_pandas(), pd.DataFrame)
+
+
+def test_what_compare_checks_before_its_load_imports_no_torch():
+    """compare checks its schemes and steps before it loads; torch is imported while the files are read, not
+    before (a 1.1-1.4 s import that a load of worker processes overlaps)."""
+    script = (
+        "import sys, rollaudit\n"
+        "rollaudit.DEFAULT_SCHEMES, rollaudit.get_scheme('verl-grpo'), rollaudit.parse_steps('1-3')\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "False"
