@@ -7,4 +7,4 @@ def test_json_load_benchmark_runs_small(capsys):
     assert main(["--small", "--formats", "verl", "tinker"]) == 0
     output = capsys.readouterr().out
     assert "verl" in output and "tinker" in output
-    assert "share: each format's read rate on one core as a share of orjson.loads's" in output
+    assert "share: the JSON Lines reader's rate on the fields a format reads, as a share of a one-core" in output
