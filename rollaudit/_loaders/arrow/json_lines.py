@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pyarrow as pa
 
@@ -146,20 +146,19 @@ class _Rows:
         except ValueError:
             self.decoder = None
 
-    def column(self, rows: list[Any], index: int) -> list[Any]:
-        return list(map(attrgetter(f"f{index}"), rows))
 
-    def values(self, row: Any) -> tuple[Any, ...]:
-        return tuple(getattr(row, f"f{index}") for index in range(len(self.names)))
+def _field_values(rows: list[Any], index: int) -> list[Any]:
+    """The values of the ``index``-th field read of every row (any row type of :class:`_Rows`)."""
+    return list(map(attrgetter(f"f{index}"), rows))
 
 
 def _decoded(kind: pa.DataType) -> Any:
-    """The Python type msgspec decodes a value of a column of ``kind`` as (an int of a number field as its double)."""
-    python: dict[pa.DataType, Any] = {pa.float64(): float, pa.int64(): int, pa.string(): str, pa.bool_(): bool}
-    if kind in python:
-        return python[kind] | None
+    """The Python type msgspec decodes a value of a column of ``kind`` as: those of ``_FLAT`` (or a list of them),
+    or null; Any for a type it nests."""
+    if kind in _FLAT:
+        return Union[_FLAT[kind] + (None,)]  # noqa: UP007 - a union made of a tuple of types
     if _flat_list(kind):
-        return list.__class_getitem__(python[kind.value_type]) | None
+        return list.__class_getitem__(Union[_FLAT[kind.value_type]]) | None  # noqa: UP007
     return Any
 
 
@@ -196,12 +195,11 @@ def decode(
     while start < len(body):
         end = body.find(b"\n", start + _BLOCK_BYTES)
         end = len(body) if end < 0 else end + 1
-        try:
-            if decoder is None:
-                raise RecursionError  # no name msgspec can match: Python's json reads every block
-            rows += decoder.decode_lines(view[start:end])
-        except refused:
-            rows += _python_rows(body, start, end, line, rows_of, path)
+        block = None
+        if decoder is not None:  # (None: a name msgspec cannot match, and Python's json reads every block)
+            with contextlib.suppress(*refused):
+                block = decoder.decode_lines(view[start:end])
+        rows += block if block is not None else _python_rows(body, start, end, line, rows_of, path)
         line += body.count(b"\n", start, end)
         start = end
     return rows
@@ -253,7 +251,7 @@ def object_fields(text: str, names: tuple[str, ...]) -> dict[str, Any]:
         (row,) = decode(text.encode("utf-8"), names, Path("<text>"))
     except (InputError, UnicodeEncodeError, AttributeError, ValueError):
         raise ValueError("not one JSON object") from None
-    return dict(zip(names, _rows_of(names).values(row), strict=True))
+    return {name: getattr(row, f"f{index}") for index, name in enumerate(names)}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -263,8 +261,7 @@ def object_fields(text: str, names: tuple[str, ...]) -> dict[str, Any]:
 def _typed_table(rows: list[Any], schema: pa.Schema, body: bytes, path: Path) -> pa.Table:
     if not rows:
         return schema.empty_table()
-    rows_of = _rows_of(tuple(schema.names))
-    columns = [_column(rows_of.column(rows, index), field, body, path) for index, field in enumerate(schema)]
+    columns = [_column(_field_values(rows, index), field, body, path) for index, field in enumerate(schema)]
     return pa.table(columns, schema=schema)
 
 
@@ -333,6 +330,7 @@ def _misfit(value: Any, kind: pa.DataType, name: str = "") -> str | None:
 
 
 _KIND_OF_TYPE = {pa.float64(): "number", pa.int64(): "number", pa.string(): "string", pa.bool_(): "boolean"}
+_INFERRED = {"number": pa.float64(), "string": pa.string()}
 
 
 def _line_of_row(body: bytes, row: int) -> int:
@@ -363,13 +361,11 @@ def _inferred_table(rows: list[dict[str, Any]], body: bytes, path: Path) -> pa.T
                 continue
             kind = _json_kind(item)
             seen = first.setdefault(name, kind)
-            problem = None
             if kind != seen:
-                problem = f"{name!r} as {_a(kind)} where {_a(seen)} was expected"
-            elif kind in ("number", "string"):
-                problem = _misfit(
-                    item, pa.int64() if type(item) is int else pa.float64() if kind == "number" else pa.string(), name
-                )
+                problem: str | None = f"{name!r} as {_a(kind)} where {_a(seen)} was expected"
+            else:  # an integer is typed int64 (it must fit 64 bits), a text a string (it must be UTF-8)
+                target = pa.int64() if type(item) is int else _INFERRED.get(kind)
+                problem = _misfit(item, target, name) if target is not None else None
             if problem is not None:
                 raise InputError(
                     f"line {_line_of_row(body, row)} has {problem}",
@@ -416,9 +412,10 @@ def _by_pyarrow(body: bytes, schema: pa.Schema | None) -> pa.Table | None:
 def _misfit_line(body: bytes, schema: pa.Schema | None, path: Path) -> str | None:
     """Where a table pyarrow's reader made holds damaged text: the line of the first value not UTF-8."""
     try:
-        table_of(body, schema, False, path) if schema is not None else _inferred_table(
-            decode(body, None, path), body, path
-        )
+        if schema is None:
+            _inferred_table(decode(body, None, path), body, path)
+        else:
+            table_of(body, schema, False, path)
     except InputError as error:
         return error.message
     return None

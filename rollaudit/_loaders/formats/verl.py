@@ -308,14 +308,11 @@ def _file_table(
     canonical: pa.Table, padded: int, fields: _Fields, inputs: dict[str, list[int]], *, batched: bool
 ) -> pa.Table:
     """One file's read table (its ``padded`` padding rows left out) with its metadata; ``batched``: its rows were
-    made with other files' (their positions are counted again within the file, and its columns copied out of the
-    batch's buffers, which a worker would otherwise send whole)."""
+    made with other files' (their positions are counted again within the file; the table is a slice of the batch's,
+    of which a worker's IPC stream and a cache entry write only the slice's rows)."""
     if padded or batched:
         positions = positions_in_row_order(canonical.column(STEP))
         canonical = canonical.set_column(canonical.column_names.index(POSITION), POSITION, positions)
-    if batched:
-        columns_of = [pa.concat_arrays(column.chunks) for column in canonical.columns]
-        canonical = pa.Table.from_arrays(columns_of, schema=canonical.schema)
     metadata = {_LAYOUT: b"v1" if fields.uid is not None else b"v0", _PADDED: str(padded).encode()}
     shared = {step: count for step, (_, count) in inputs.items() if count}
     if shared:
