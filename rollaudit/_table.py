@@ -477,8 +477,8 @@ def with_found(table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: I
 
 
 # What a loader knows of the run beyond its rows (``{fact: value}``, JSON-ready):
-#   ``trained_default``: ``{"scheme": str | None, "why": str}``, the framework's default preset for this layout
-#       and version (None: the loader cannot tell which, and ``why`` says why), an assumption the report names;
+#   ``trained_default``: ``{"scheme": str | None, "why": str}``, the framework's default preset for this layout and
+#       version (None: cannot tell; ``why`` says why), an assumption, or with ``"config": file`` the config's word;
 #   ``no_trajectory``: why the dump cannot tie a sample to its trajectory (schemes over trajectories are then
 #       not auditable).
 FACTS_METADATA = b"rollaudit.facts"
@@ -502,9 +502,9 @@ def with_facts(table: pa.Table, **facts: Any) -> pa.Table:
     return table.replace_schema_metadata(metadata)
 
 
-def with_trained_default(table: pa.Table, scheme: str | None, why: str) -> pa.Table:
-    """``table`` naming its framework's default preset (None: cannot tell which; ``why`` says what is assumed)."""
-    return with_facts(table, trained_default={"scheme": scheme, "why": why})
+def with_trained_default(table: pa.Table, scheme: str | None, why: str, config: str | None = None) -> pa.Table:
+    """``table`` naming its framework's default (None: cannot tell which), or what its ``config`` file names."""
+    return with_facts(table, trained_default={"scheme": scheme, "why": why, **({"config": config} if config else {})})
 
 
 def merge_facts(tables: Iterable[pa.Table]) -> dict[str, Any]:

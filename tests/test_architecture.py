@@ -52,6 +52,7 @@ ROOMS = {
         "rollaudit._table",
         "rollaudit._loaders.base",
         "rollaudit._loaders.options",
+        "rollaudit._loaders.config",
         "rollaudit._loaders.arrow",
         "rollaudit._loaders.torchsave",
     ),
@@ -64,6 +65,7 @@ ROOMS = {
         "rollaudit._pandas_import",
         "rollaudit._loaders.base",
         "rollaudit._loaders.options",
+        "rollaudit._loaders.config",
         "rollaudit._loaders.registry",
         "rollaudit._loaders.arrow",
     ),
@@ -91,9 +93,9 @@ ROOMS = {
 }
 """Rooms inside a stage, and what each may import besides itself and ``rollaudit._errors``: the safe torch.save
 reader knows no format, the Arrow readers no format either (their shared-memory files are swept as the output
-temporaries are), a format plug-in knows the readers it uses and the interface, the run machinery finds formats
-through the registry alone, reads cache entries through the capped Arrow reader (they are untrusted too) and
-keeps pandas out of its worker processes, and
+temporaries are), a format plug-in knows the readers it uses, the interface and the run-config reader, the run
+machinery finds formats through the registry alone, reads cache entries through the capped Arrow reader (they are
+untrusted too) and keeps pandas out of its worker processes, and
 the audit engine (encoding, groups, piece sizing, tallies, threads) knows the table and the schemes' data, not the
 metrics or the report built on it; the findings read the table, the schemes, the kernel that recomputes them and
 what the run trained with, never the metrics or the report they go into; the dashboards (TensorBoard, W&B, the
@@ -346,7 +348,7 @@ def test_every_load_option_is_declared_once_for_the_command_line():
     from rollaudit._cli.options import LOAD
     from rollaudit._loaders.options import LoadOptions
 
-    fields = {field.name for field in dataclasses.fields(LoadOptions)}
+    fields = {field.name for field in dataclasses.fields(LoadOptions) if not field.metadata.get("internal")}
     declared = {option.name for option in LOAD.options}
     spelled = {"input_format": "format", "no_cache": "cache"}
     assert {spelled.get(name, name) for name in declared} == fields
@@ -384,5 +386,9 @@ def test_load_takes_every_option_as_a_keyword_with_its_default():
     parameters = inspect.signature(rollaudit.load).parameters
     keywords = {name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     keywords.pop("on_file")
-    fields = {field.name: field.default for field in dataclasses.fields(rollaudit.LoadOptions)}
+    fields = {
+        field.name: field.default
+        for field in dataclasses.fields(rollaudit.LoadOptions)
+        if not field.metadata.get("internal")  # set by the load itself (the run's config, once read)
+    }
     assert keywords == fields

@@ -44,7 +44,7 @@ from .trained_with.fit import (
 )
 from .trained_with.partial import PartialGroups, partial_groups
 from .trained_with.parts import split_parts
-from .trained_with.trained import TrainedWith, from_config, from_recorded, whole_run
+from .trained_with.trained import TrainedWith, config_said, from_config, from_recorded, whole_run
 
 if TYPE_CHECKING:
     import torch
@@ -312,7 +312,8 @@ def _compute(
                 encoded, table, candidates, recorded_tolerance, values, cell_codes, group_codes
             )
             parts = () if detection.matched or cells is None else split_parts(cells, encoded.step_values, where_labels)
-            trained = from_recorded(detection, plan.given, RECORDED_ROW, parts)
+            said = facts_in(table).get("trained_default")
+            trained = from_recorded(detection, plan.given, RECORDED_ROW, parts, said)
             values[RECORDED_ROW] = torch.from_numpy(recorded_values(table)).to(encoded.device)
 
         # One pass per scheme, counted per prompt group: the steps', the run's and the prompts' counts come from
@@ -502,7 +503,7 @@ def _recorded_in_part(
             "part of each group, so that is consistency, not a reproduction"
         )
         not_auditable.setdefault(partial.scheme, reason)
-        trained = TrainedWith(partial.scheme, "recorded", why)
+        trained = config_said(TrainedWith(partial.scheme, "recorded", why), facts_in(table).get("trained_default"))
     steps = np.asarray(encoded.step_values, dtype=np.int64)
     trained = whole_run(trained, (int(steps[0]), int(steps[-1])) if len(steps) else (0, 0), int(encoded.rows))
     info = _info(table, encoded)

@@ -233,9 +233,11 @@ def _undivided_where_peers_agree(
 
 
 def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.Tensor:
-    """verl's ``masked_whiten`` over each step, every sample weighted by its response length (its tokens):
-    ``(a - mu) / sqrt(var + 1e-8)`` with a Bessel-corrected token variance; a sample with no token gets 0, a
-    step of fewer than two tokens NaN (no variance)."""
+    """A whitening over each step, every sample weighted by its response length (its tokens); a sample with no
+    token gets 0. verl's ``masked_whiten`` (``tokens``): ``(a - mu) / sqrt(var + 1e-8)`` with a Bessel-corrected
+    token variance, a step of fewer than two tokens NaN (no variance). Molt's ``normalize_advantages``
+    (``tokens-population``): ``(a - mu) * rsqrt(max(var, 1e-8))`` with the population variance, a step without
+    tokens 0."""
     if enc.response_length is None or bool(torch.isnan(enc.response_length).any()):
         raise SchemeError(
             f"{scheme.name or 'scheme'}: whitening by tokens needs the response length of every sample",
@@ -246,11 +248,19 @@ def _whiten_tokens(enc: Encoded, scheme: Scheme, values: torch.Tensor) -> torch.
     weight = torch.where(defined, enc.response_length, 0.0)
     safe = torch.where(defined, values, 0.0)
     tokens = steps.sum(weight)
-    mean = steps.sum(weight * safe) / (tokens + _WHITEN_EPS)
-    centred = safe - steps.spread(mean)
-    variance = steps.sum(weight * centred * centred) / (tokens + _WHITEN_EPS)
-    # Bessel's correction needs two tokens: a step with fewer has no variance, and its advantages are undefined.
-    scale = torch.where(tokens > 1, (variance * tokens / (tokens - 1).clamp(min=1) + _WHITEN_EPS).rsqrt(), torch.nan)
+    if scheme.whiten == "tokens-population":
+        mean = steps.sum(weight * safe) / tokens.clamp(min=1)
+        centred = safe - steps.spread(mean)
+        variance = steps.sum(weight * centred * centred) / tokens.clamp(min=1)
+        scale = torch.where(tokens > 0, variance.clamp(min=_WHITEN_EPS).rsqrt(), 0.0)
+    else:
+        mean = steps.sum(weight * safe) / (tokens + _WHITEN_EPS)
+        centred = safe - steps.spread(mean)
+        variance = steps.sum(weight * centred * centred) / (tokens + _WHITEN_EPS)
+        # Bessel's correction needs two tokens: a step with fewer has no variance, and its advantages are undefined.
+        scale = torch.where(
+            tokens > 1, (variance * tokens / (tokens - 1).clamp(min=1) + _WHITEN_EPS).rsqrt(), torch.nan
+        )
     whitened = centred * steps.spread(scale)
     whitened = torch.where(weight > 0, whitened, 0.0)
     return torch.where(defined, whitened, values)
@@ -334,9 +344,14 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
             # subtraction leaves rounding residue (~1e-16 * M2) where the others are all
             # equal; that residue is a zero std, not a tiny one to divide by.
             member_spread = groups.spread(group_spread)
-            spread = member_spread - deviation * centred
-            spread = torch.where(spread > 1e-12 * member_spread, spread, 0.0)
-            spread_count = others
+            if scheme.std_of == "members":
+                spread = member_spread - deviation * centred
+                spread = torch.where(spread > 1e-12 * member_spread, spread, 0.0)
+                spread_count = others
+            else:  # the whole group's rewards (ms-swift's rloo), or its centred values: n/(n-1) times theirs
+                spread, spread_count = member_spread, member_count
+                if scheme.std_of == "centred":
+                    spread = member_spread * (member_count / others.clamp(min=1)) ** 2
         else:
             centred, spread, spread_count = deviation, groups.spread(group_spread), member_count
         if scheme.scale == "none":
@@ -347,7 +362,11 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
                     raise SchemeError(f"{scheme.name or 'scheme'}: std_over=batch works on samples, not trajectories")
                 steps = step_segments(enc)
                 step_count = steps.sizes if weight is None else steps.sum(weight)
-                step_deviation = value - steps.spread(steps.sum(value) / step_count.clamp(min=1))
+                # The std of the step's rewards, or of its centred values (ms-swift's reinforce_plus_plus).
+                spread_of = centred if scheme.std_of == "centred" else value
+                if weight is not None:
+                    spread_of = spread_of * weight
+                step_deviation = spread_of - steps.spread(steps.sum(spread_of) / step_count.clamp(min=1))
                 if weight is not None:
                     step_deviation = step_deviation * weight
                 spread = steps.spread(steps.sum(step_deviation * step_deviation))
@@ -366,7 +385,7 @@ def advantages(enc: Encoded, scheme: Scheme) -> torch.Tensor:
         # No group (AReaL's stride remainder): mean 0 and std 0, so the reward scaled as a std of 0 scales it.
         alone = _rounded(enc.reward, scheme) * _std_factor(scheme, torch.zeros(1, dtype=F64, device=enc.device))
         result = torch.where(ungrouped, enc.reward if scheme.scale == "none" else alone, result)
-    if scheme.whiten == "tokens":
+    if scheme.whiten != "none":
         result = _whiten_tokens(enc, scheme, result)
     if not enc.all_finite:
         result.masked_fill_(~enc.finite, torch.nan if scheme.nonfinite == "nan" else 0.0)

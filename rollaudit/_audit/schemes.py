@@ -94,6 +94,11 @@ class Scheme:
         where the rewards feeding the std are all one value, whatever std the rounded arithmetic made of them
         (NeMo-RL PR #4158; the same as ``positive`` in exact arithmetic).
         ``scale="none"`` is Dr.GRPO; ``scale="mean"`` divides by the group mean, 0 where it is <= 0 (MaxRL).
+    std_of
+        what the std is taken of: ``members``, the values the baseline is taken over (the group's rewards; a
+        leave-one-out member's peers, NeMo-RL); ``rewards``, the rewards of the whole group (or step), every member
+        included (ms-swift's rloo); ``centred``, the centred values (ms-swift's reinforce_plus_plus: over a step,
+        the std of the group-centred values, not of the rewards).
     std_from
         how rounded arithmetic (``dtype`` other than float64) forms the std: ``deviations`` from the mean
         (``torch.std``), or ``moments``, mean of squares minus squared mean (NeMo-RL, summed in the order of its
@@ -105,7 +110,9 @@ class Scheme:
         rllm drops from training; flagged by the audit).
     whiten
         ``tokens``: after the group step, one whitening over each step weighted
-        by response lengths (verl's ``masked_whiten``: REINFORCE++ with baseline).
+        by response lengths (verl's ``masked_whiten``: REINFORCE++ with baseline, Bessel-corrected, 1e-8 terms);
+        ``tokens-population``: the same with the population variance clamped at 1e-8 (Molt's
+        ``normalize_advantages``).
     drop
         ``constant``: groups whose finite rewards are all equal are not trained (NaN, counted as undefined); a
         one-member group is constant; a step whose groups are all constant keeps its first group (batch order)
@@ -144,9 +151,10 @@ class Scheme:
     std: Literal["unbiased", "population"] = "unbiased"
     std_over: Literal["group", "batch"] = "group"
     std_guard: Literal["eps", "positive", "cutoff", "varied"] = "eps"
+    std_of: Literal["members", "rewards", "centred"] = "members"
     std_from: Literal["deviations", "moments"] = "deviations"
     singleton: Literal["zero", "raw", "nan"] = "zero"
-    whiten: Literal["none", "tokens"] = "none"
+    whiten: Literal["none", "tokens", "tokens-population"] = "none"
     drop: Literal["none", "constant"] = "none"
     dtype: Literal["float64", "float32", "bfloat16"] = "float64"
     reward: str = "reward"
@@ -180,7 +188,7 @@ class Scheme:
                 raise SchemeError(f"{label}: {key}={value!r} must name a column")
         if not isinstance(self.framework_key, str):
             raise SchemeError(f"{label}: framework_key={self.framework_key!r} must name a column, or be empty")
-        if self.whiten == "tokens" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
+        if self.whiten != "none" and (self.scale != "none" or self.baseline != "mean" or self.std_over != "group"):
             raise SchemeError(f"{label}: whiten=tokens whitens a centred advantage: it needs scale=none")
         if self.std_from == "moments" and self.std_over != "group":
             raise SchemeError(f"{label}: std_from=moments takes each group's own moments: it needs std_over=group")
@@ -270,7 +278,12 @@ def check_estimator(scheme: Scheme, label: str) -> None:
     ]
     if len(named) > 1:
         raise SchemeError(f"{label}: {' and '.join(named)} are separate estimators: name one")
-    if scheme.baseline == "leave-one-out" or scheme.members != "samples" or scheme.whiten != "none":
+    if (
+        scheme.baseline == "leave-one-out"
+        or scheme.members != "samples"
+        or scheme.whiten != "none"
+        or scheme.std_of != "members"
+    ):
         raise SchemeError(f"{label}: {named[0]} takes every sample as a member of a plain mean baseline")
     if scheme.drop != "none" or scheme.std_over != "group":
         raise SchemeError(f"{label}: {named[0]} takes no drop or batch std")

@@ -393,7 +393,7 @@ def gate(
 ) -> int | None:
     """Check rules on the dumps' advantages: exit 0 when all hold, 1 when any fails, 2 on a usage or input error.
 
-    Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --config);
+    Rules come from the options and from [tool.rollaudit.gate] in the nearest pyproject.toml (or --gate-config);
     the options are merged over the file. Under GitHub Actions, failed rules become ::error annotations and a
     summary is appended to $GITHUB_STEP_SUMMARY.
 

@@ -113,7 +113,7 @@ PromptKey = Annotated[
 ConfigFile = Annotated[
     Path | None,
     typer.Option(
-        "--config",
+        "--gate-config",
         metavar="FILE",
         help="Read the rules from FILE instead of [tool.rollaudit.gate] of the nearest pyproject.toml.",
         show_default=False,
@@ -331,6 +331,16 @@ LOAD = OptionGroup(
             min=1,
             metavar="N",
             help="TRL: completions per prompt (GRPOConfig.num_generations); default: the first run of equal prompts.",
+        ),
+        _option(
+            "config",
+            Path | None,
+            "--config",
+            metavar="FILE",
+            help=(
+                "The run's config (args.json, config.yaml, a TOML file): the settings that decide its arithmetic "
+                "(default: the one its framework saves beside the dumps, where there is one)."
+            ),
         ),
         # Whole runs: how files are read (parallel workers, a cache of read tables, Ray).
         _option(

@@ -121,6 +121,8 @@ def format_entries() -> list[dict[str, Any]]:
             "advantage": entry.advantage,
             "trained_with": [{"scheme": scheme, "why": why} for scheme, why in entry.trained_with],
             "options": sorted(entry.options),
+            "config": entry.config_where or ("--config only" if entry.settings else "none read"),
+            "config_settings": [setting.keys[0] for setting in entry.settings],
             "cannot_audit": list(entry.cannot_audit),
         }
         for entry in FORMATS.values()

@@ -127,7 +127,7 @@ def watch(
     """Follow a run directory while it trains: audit each step once its dump is whole, a line per step.
 
     Each step's numbers are those of 'compare' on that step alone; with rules (the options of 'gate', its
-    [tool.rollaudit.gate] table or --config) each line ends PASS or FAIL. Ends with a summary of the run on
+    [tool.rollaudit.gate] table or --gate-config) each line ends PASS or FAIL. Ends with a summary of the run on
     Ctrl-C, SIGTERM or --until-idle: exit 0, or 1 if any step failed a rule.
 
     Examples:

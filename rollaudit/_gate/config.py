@@ -138,7 +138,7 @@ def _gate_table(document: dict[str, Any], path: Path, *, required: bool) -> dict
             return None
         if path.name == "pyproject.toml":
             raise UsageError("has no [tool.rollaudit.gate] table", file=str(path))
-        # A dedicated gate file (``--config ci/gate.toml``) may hold the keys at the top level.
+        # A dedicated gate file (``--gate-config ci/gate.toml``) may hold the keys at the top level.
         table = {key: value for key, value in document.items() if key != "tool"}
     if not isinstance(table, dict):
         raise UsageError("[tool.rollaudit.gate] is not a table", file=str(path))
@@ -202,7 +202,7 @@ def _findings_from_config(value: Any, key: str, path: str) -> tuple[str, ...]:
 
 
 def load_gate_config(path: str | os.PathLike[str] | None = None, start_dir: str | os.PathLike[str] = ".") -> GateConfig:
-    """The gate configuration of a file: ``path`` (``--config FILE``), else the nearest ``pyproject.toml``
+    """The gate configuration of a file: ``path`` (``--gate-config FILE``), else the nearest ``pyproject.toml``
     with a ``[tool.rollaudit.gate]`` table in ``start_dir`` or its parents, else an empty config.
 
     ``path`` may be a ``pyproject.toml`` (its ``[tool.rollaudit.gate]``) or a

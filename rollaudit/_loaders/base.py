@@ -43,6 +43,7 @@ from .._errors import InputError, UsageError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .config import Setting
     from .options import LoadOptions
 
 
@@ -89,6 +90,13 @@ class Format:
     files in a version directory, rllm's episodes in a step folder); such a step is complete once a later step
     has started, or the run has gone idle. Otherwise each whole file is audited as it lands, and a later file of
     the same step gives that step a new record."""
+    settings: tuple[Setting, ...] = ()
+    """The settings of the run's config that decide its arithmetic (:mod:`.config`), which ``combine`` reads from
+    ``options.run_config``; empty where the format reads no config (``--config`` is then refused)."""
+    config_files: Callable[[list[Path]], list[Path]] | None = None
+    """Where the framework saves its run's config, given the run's dump files: the candidates, first found wins."""
+    config_where: str = ""
+    """Where the framework saves its run's config, in words (``rollaudit formats`` prints it)."""
     steps_appended: bool = False
     """``rollaudit watch``: whether one file gains a step at a time (open-instruct appends every step to one
     file): its newest step is audited once a later one is appended, or the run has gone idle; at each look, only

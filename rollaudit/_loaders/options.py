@@ -41,7 +41,8 @@ class LoadOptions:
     ``mean``: per-token advantages to one value per sample), and TRL's ``reward_columns``, ``reward_weights`` and
     ``num_generations``. Running: ``jobs`` (worker processes; None: by the run's size), ``cache`` (None/False:
     none, True: the default directory, a path: that directory), ``engine`` (``local`` or ``ray``) and
-    ``ray_address``; ``run`` (which run of a directory that holds several, by its name).
+    ``ray_address``; ``run`` (which run of a directory that holds several, by its name); ``config`` (the run's
+    config file, where the framework saves none beside its dumps, or another: its settings decide the arithmetic).
     """
 
     format: str | None = None
@@ -63,6 +64,10 @@ class LoadOptions:
     engine: Engine = field(default="local", metadata=_RUN)
     ray_address: str | None = field(default=None, metadata=_RUN)
     run: str | None = field(default=None, metadata=_RUN)
+    config: str | os.PathLike[str] | None = field(default=None, metadata=_RUN)
+    run_config: Any = field(default=None, metadata={**_RUN, "internal": True}, compare=False, repr=False)
+    """The settings read from the run's config (a :class:`~.config.RunConfig`), set by the load once the format is
+    known: from ``config``, else from the file the framework saves beside its dumps. Never given by a caller."""
 
     def __post_init__(self) -> None:
         fields = {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
@@ -147,6 +152,9 @@ def checked(values: Mapping[str, Any], spelling: Spelling = KEYWORDS) -> dict[st
     run = values["run"]
     if run is not None and (not isinstance(run, str) or not run.strip("/ ")):
         raise UsageError(f"{name('run')} is {run!r}", expected="a run's name, as the directory's runs are listed")
+    config = values.get("config")
+    if config is not None and not (isinstance(config, (str, os.PathLike)) and str(config)):
+        raise UsageError(f"{name('config')} is {config!r}", expected="the path of the run's config file")
     cache = values["cache"]
     if not (cache is None or isinstance(cache, bool) or (isinstance(cache, (str, os.PathLike)) and str(cache))):
         raise UsageError(

@@ -12,6 +12,7 @@ from .formats import (
     areal,
     art,
     generic,
+    ms_swift,
     nemo_rl,
     open_instruct,
     prime_rl,
@@ -22,14 +23,16 @@ from .formats import (
     trl,
     verl,
 )
-from .formats.pickled import miles, skyrl, slime
+from .formats.pickled import miles, molt, skyrl, slime
 
 FORMATS: dict[str, Format] = {
     loader.name: loader
     for loader in (
+        molt.LOADER,  # before slime, which takes any torch.save zip: Molt's start with its Experience class
         miles.LOADER,  # before slime, which takes any torch.save zip: miles' are told apart by their top-level keys
         slime.LOADER,
         tinker.LOADER,
+        ms_swift.LOADER,  # before verl and generic: its completions.jsonl is JSON Lines too
         torchtitan.LOADER,  # before generic: its rollout_samples.jsonl is a JSON Lines table too
         prime_rl.LOADER,  # before verl and generic: its traces.jsonl are JSON Lines tables too
         open_instruct.LOADER,  # before generic: its traces are JSON Lines any table reader would take

@@ -27,7 +27,11 @@ def ordered(report: Report) -> list[Finding]:
 
 
 # What a finding rests on where it is not the dump's own advantages: the scheme the user named, or assumed.
-_EVIDENCE = {"given": "under the scheme given", "framework default": "assumed: under the framework's default scheme"}
+_EVIDENCE = {
+    "given": "under the scheme given",
+    "framework default": "assumed: under the framework's default scheme",
+    "config": "under the scheme the run's config names",
+}
 
 
 def finding_line(finding: Finding) -> str:

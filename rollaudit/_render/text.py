@@ -336,6 +336,7 @@ _EVIDENCE = {
     "recorded": "its recorded advantages",
     "given": "as given",
     "framework default": "assumed: the framework's default",
+    "config": "from the run's config",
 }
 
 
@@ -347,6 +348,8 @@ def trained_text(report: Report, code: Callable[[str], str] = _plain) -> str:
         return f"trained with {parts_phrase(trained.parts, code)}"
     if trained.scheme is None and trained.evidence == "recorded":
         return "trained with its own recorded advantages, which match no preset"
+    if trained.scheme is None and trained.evidence == "config":
+        return "trained with a scheme its run's config names, which this dump cannot reproduce"
     if trained.scheme is None:
         return "trained with an unknown scheme"
     evidence = _EVIDENCE[trained.evidence]

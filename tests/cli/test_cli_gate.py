@@ -145,7 +145,7 @@ def test_json_document_is_versioned_and_alone_on_stdout():
         ([FANOUT, "--expect-recorded", "prompt", "--recorded-tolerance", "x"], "--recorded-tolerance"),
         ([FANOUT, "--baseline", "missing.json"], "missing.json: baseline file does not exist"),
         ([FANOUT, "--baseline-tolerance", "nonzero", "--max", SIGN_FLIPS_1_PERCENT], "expected METRIC:TOLERANCE"),
-        ([FANOUT, "--config", "missing.toml"], "missing.toml: config file does not exist"),
+        ([FANOUT, "--gate-config", "missing.toml"], "missing.toml: config file does not exist"),
         ([FANOUT, "--max", SIGN_FLIPS_1_PERCENT, "--device", "gpu"], "--device"),
         ([FANOUT, "--max", SIGN_FLIPS_1_PERCENT, "--bogus"], "No such option: --bogus"),
         (["--max", SIGN_FLIPS_1_PERCENT], "Missing argument 'DUMP'"),
@@ -157,7 +157,7 @@ def test_usage_and_input_errors_exit_2_with_one_line(args, fragment):
 
 def test_unreadable_config_exits_2_naming_the_file_and_key(tmp_path):
     (tmp_path / "broken.toml").write_text("max = [\n")
-    assert "broken.toml: not valid TOML" in assert_one_line_error(gate(FANOUT, "--config", "broken.toml"))
+    assert "broken.toml: not valid TOML" in assert_one_line_error(gate(FANOUT, "--gate-config", "broken.toml"))
     (tmp_path / "pyproject.toml").write_text('[tool.rollaudit.gate]\nmaximum = ["batch:sign_flip_rate=0.01"]\n')
     line = assert_one_line_error(gate(FANOUT))
     assert "pyproject.toml: field 'maximum': unknown key (did you mean 'max'?); known: max, min" in line
@@ -343,7 +343,7 @@ def test_baseline_reference_is_the_default_reference(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Configuration from pyproject.toml and --config.
+# Configuration from pyproject.toml and --gate-config.
 
 
 def test_rules_from_pyproject_in_the_working_directory(tmp_path):
@@ -383,13 +383,13 @@ def test_pyproject_is_found_from_a_subdirectory_and_its_baseline_is_relative_to_
 
 def test_config_option_reads_a_dedicated_file(tmp_path):
     (tmp_path / "gate.toml").write_text('max = { "batch:sign_flip_rate" = 0.01 }\nexpect_recorded = "prompt"\n')
-    document = gate_json(FANOUT, "--config", tmp_path / "gate.toml", code=1)
+    document = gate_json(FANOUT, "--gate-config", tmp_path / "gate.toml", code=1)
     assert [entry["name"] for entry in document["rules"]] == ["max batch:sign_flip_rate", "expect-recorded prompt"]
-    # A pyproject.toml named by --config must hold the table.
+    # A pyproject.toml named by --gate-config must hold the table.
     (tmp_path / "other.toml").write_text("[tool.other]\nx = 1\n")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "pyproject.toml").write_text("[tool.other]\nx = 1\n")
-    line = assert_one_line_error(gate(FANOUT, "--config", tmp_path / "sub" / "pyproject.toml"))
+    line = assert_one_line_error(gate(FANOUT, "--gate-config", tmp_path / "sub" / "pyproject.toml"))
     assert "has no [tool.rollaudit.gate] table" in line
 
 

@@ -46,11 +46,11 @@ def load_quietly(*args, **kwargs):
 
 
 def test_the_registry_order():
-    # miles before slime (slime takes any torch.save zip); generic accepts any table: last; agent-lightning's
+    # Molt and miles before slime (slime takes any torch.save zip); generic accepts any table: last; agent-lightning's
     # export before it, so it is never a table; torchtitan's and SkyRL's files before it too.
     assert list(FORMATS) == [
-        "miles", "slime", "tinker", "torchtitan", "prime_rl", "open_instruct", "art", "areal", "verl", "trl", "rllm",
-        "nemo_rl", "roll", "agent_lightning", "skyrl", "generic",
+        "molt", "miles", "slime", "tinker", "ms-swift", "torchtitan", "prime_rl", "open_instruct", "art", "areal",
+        "verl", "trl", "rllm", "nemo_rl", "roll", "agent_lightning", "skyrl", "generic",
     ]  # fmt: skip
 
 

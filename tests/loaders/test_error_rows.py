@@ -74,6 +74,8 @@ NO_ROWS = {
     "slime": "torch.save dumps: errors name the sample's position (tests/loaders/test_slime.py)",
     "miles": "torch.save dumps: errors name the sample's position (tests/loaders/test_miles.py)",
     "skyrl": "a pickle refused whole: SkyRL pops its rewards and uids before the dump",
+    "ms-swift": "a line of parallel lists per logging step: its errors name the line (tests/loaders/test_ms_swift.py)",
+    "molt": "torch.save dumps of Experience objects: errors name the experience's index in the file",
 }
 
 

@@ -398,7 +398,7 @@ def test_hostile_config_files(tmp_path: Path, case: str):
     config = tmp_path / name
     config.write_text(text)
     dump = generate.save_rollout_dump(tmp_path / "0.pt", 0, generate.spec_4_3_4_step())
-    option = "--baseline" if name.endswith(".json") else "--config"
+    option = "--baseline" if name.endswith(".json") else "--gate-config"
     result = run_measured("gate", dump, option, config, "--no-cache", cwd=tmp_path)
     check(case, result, size_of(config), codes=(2,), said=name)
 

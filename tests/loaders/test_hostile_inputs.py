@@ -74,7 +74,7 @@ def test_a_config_or_baseline_that_is_a_device_a_fifo_or_huge(tmp_path: Path, ca
         with config.open("wb") as stream:  # sparse: 4 GiB that costs nothing to make
             stream.truncate(4 << 30)
     dump = generate.save_rollout_dump(tmp_path / "0.pt", 0, generate.spec_4_3_4_step())
-    option = "--baseline" if name.endswith(".json") else "--config"
+    option = "--baseline" if name.endswith(".json") else "--gate-config"
     result = run_measured("gate", dump, option, config, "--no-cache", cwd=tmp_path)
     check(case, result, "4 GiB" if case == "huge config" else "(endless)", codes=(2,), said=name)
 

@@ -405,3 +405,44 @@ def test_a_policy_version_that_is_no_step_count_is_refused(tmp_path, version):
     with pytest.raises(InputError) as error:
         rollaudit.load(path)
     assert "field 'turns[].max_policy_version': row 2" in error.value.line()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The run's config: drop_zero_std_reward_groups off trains the constant groups.
+
+
+def _torchtitan_run(tmp_path):
+    from tests.conformance.conftest import corpus
+
+    folder = tmp_path / "outputs" / "rl"
+    folder.mkdir(parents=True)
+    source = corpus("torchtitan") / "drgrpo_default" / "outputs" / "rl" / "rollout_samples.jsonl"
+    (folder / "rollout_samples.jsonl").write_bytes(source.read_bytes())
+    return folder
+
+
+def test_a_config_with_drop_zero_std_off_audits_the_constant_groups_as_trained(tmp_path):
+    folder = _torchtitan_run(tmp_path)
+    assumed = rollaudit.audit(rollaudit.load(folder), device="cpu")
+    config = tmp_path / "run.toml"
+    config.write_text("[async_loop.training_sample_builder]\ndrop_zero_std_reward_groups = false\n")
+    report = rollaudit.audit(rollaudit.load(folder, config=config), device="cpu")
+    counts = next(iter(report.info["found"].values()))
+    assert "groups not trained: all rewards equal (drop_zero_std_reward_groups)" not in counts
+    assert report.info["samples"] == assumed.info["samples"] + 10  # 5 constant groups of 2 dumped rows
+    assert "drop_zero_std_reward_groups=false (from " in report.trained_with.why
+    assert any(
+        "5 groups whose dumped rewards are all equal audited as trained" in note for note in report.info["loader_notes"]
+    )
+
+
+def test_the_wandb_copy_of_the_config_in_the_dump_folder_is_read_unnamed(tmp_path):
+    folder = _torchtitan_run(tmp_path)
+    files = folder / "wandb" / "latest-run" / "files"
+    files.mkdir(parents=True)
+    (files / "config.yaml").write_text(
+        "async_loop:\n  desc: null\n  value:\n    training_sample_builder:\n      drop_zero_std_reward_groups: false\n"
+        "rollouter:\n  value:\n    advantage:\n      should_std_normalize: false\n"
+    )
+    report = rollaudit.audit(rollaudit.load(folder), device="cpu")
+    assert "config.yaml" in report.trained_with.why and "should_std_normalize=false" in report.trained_with.why

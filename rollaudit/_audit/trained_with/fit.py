@@ -208,7 +208,7 @@ def candidate_schemes(table: pa.Table) -> list[str]:
             table.column_names
         ):
             continue  # no dump rollaudit reads carries it, or this table lacks a column it reads
-        if scheme.whiten == "tokens" and table.column(RESPONSE_LENGTH).null_count:
+        if scheme.whiten != "none" and table.column(RESPONSE_LENGTH).null_count:
             continue
         if scheme.siblings == "equal" or (scheme.representative is None and scheme.members == "trajectories"):
             siblings_agree = _siblings_agree(table) if siblings_agree is None else siblings_agree
@@ -335,6 +335,8 @@ _PRESET_FRAMEWORKS = {
     "oi": "open_instruct",
     "prime": "prime_rl",
     "torchtitan": "torchtitan",
+    "swift": "ms-swift",
+    "molt": "molt",
 }
 
 

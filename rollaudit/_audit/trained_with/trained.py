@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .fit import Detection
 
-Evidence = Literal["recorded", "given", "framework default", "unknown"]
+Evidence = Literal["recorded", "given", "config", "framework default", "unknown"]
 
 _NAME_IT = "name it with --trained-with PRESET"
 
@@ -70,7 +70,8 @@ class TrainedWith:
         the scheme string, or None when nothing says which (``evidence="unknown"``) or the recorded
         advantages match no preset.
     evidence
-        ``recorded`` (the dump's own advantages), ``given`` (named by the user), ``framework default`` (the
+        ``recorded`` (the dump's own advantages), ``given`` (named by the user), ``config`` (named by the run's own
+        config file, read beside the dump or named with ``--config``), ``framework default`` (the
         loader's default for this layout and version: an assumption), or ``unknown``.
     why
         one sentence a person reads: where the answer comes from, and what would confirm it.
@@ -169,10 +170,39 @@ def whole_run(trained: TrainedWith, steps: tuple[int, int], samples: int) -> Tra
 
 
 def from_recorded(
-    detection: Detection, given: str | None, recorded_row: str, parts: tuple[Part, ...] = ()
+    detection: Detection,
+    given: str | None,
+    recorded_row: str,
+    parts: tuple[Part, ...] = (),
+    config: dict[str, Any] | None = None,
 ) -> TrainedWith:
     """The run's scheme from its recorded advantages: the preset they match, else the scheme of each part where
-    ``parts`` (:func:`~.parts.split_parts`) holds more than one, else none (said with the closest)."""
+    ``parts`` (:func:`~.parts.split_parts`) holds more than one, else none (said with the closest). Where the
+    run's config (``config``: the loader's ``trained_default`` read from it) names something else, the recorded
+    advantages win and the disagreement is said."""
+    return config_said(_from_recorded(detection, given, recorded_row, parts), config, detection.equivalent)
+
+
+def config_said(trained: TrainedWith, config: dict[str, Any] | None, equivalent: tuple[str, ...] = ()) -> TrainedWith:
+    """``trained`` (from recorded advantages) with what the run's config says beside it, where a config was read
+    (``config``: the loader's ``trained_default`` fact): that it names the same scheme, or that it names another,
+    which the recorded advantages outrank."""
+    if not config or not config.get("config"):
+        return trained
+    named = config.get("scheme")
+    if named is not None and trained.scheme is not None and named in (trained.scheme, *equivalent):
+        return replace(trained, why=f"{trained.why}; the run's config names it too ({config.get('why')})")
+    says = f"names {named}" if named is not None else "says the advantages are not reproducible"
+    return replace(
+        trained,
+        why=f"{trained.why}; the run's config {says} ({config.get('why')}), which the recorded advantages "
+        "contradict: they win",
+    )
+
+
+def _from_recorded(
+    detection: Detection, given: str | None, recorded_row: str, parts: tuple[Part, ...] = ()
+) -> TrainedWith:
     rows = f"{detection.rows:,} samples with recorded advantages"
     if detection.best_match is None and len(parts) > 1:
         why = (
@@ -209,6 +239,8 @@ def from_config(given: str | None, default: dict[str, Any] | None) -> TrainedWit
         if default_scheme is not None and default_scheme != given:
             why += f"; the framework's default would be {default_scheme}"
         return TrainedWith(given, "given", why, given)
+    if (default or {}).get("config"):
+        return TrainedWith(default_scheme, "config", str(default_why), default_scheme)
     if default_scheme is not None:
         why = default_why or "the framework's default for this dump"
         return TrainedWith(default_scheme, "framework default", why, default_scheme)
@@ -217,4 +249,14 @@ def from_config(given: str | None, default: dict[str, Any] | None) -> TrainedWit
     return TrainedWith(None, "unknown", f"the dump records no advantages and names no framework default; {_NAME_IT}")
 
 
-__all__ = ["Evidence", "Part", "TrainedWith", "from_config", "from_recorded", "part_label", "parts_phrase", "whole_run"]
+__all__ = [
+    "Evidence",
+    "Part",
+    "TrainedWith",
+    "config_said",
+    "from_config",
+    "from_recorded",
+    "part_label",
+    "parts_phrase",
+    "whole_run",
+]

@@ -24,6 +24,7 @@ from ..._errors import InputError
 from ..._table import make_table, with_found, with_trained_default
 from ..arrow import columns, json_lines, tables
 from ..base import Format
+from ..config import RunConfig, Setting
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -44,8 +45,8 @@ _SCHEMA = pa.schema(
 DEFAULT = (
     "tinker-center",
     "tinker-cookbook's compute_advantages, the one estimator of its RL loop (the total reward minus its group's "
-    "mean, float32); whether remove_constant_reward_groups was on is in the run's config.json, not the dump; no "
-    "recorded advantages to confirm it",
+    "mean, float32); whether remove_constant_reward_groups was on is in the run's config.json, not the dump (read "
+    "where it sits in log_path); no recorded advantages to confirm it",
 )
 CANNOT_AUDIT = (
     "the prompt across iterations: group_idx is a place in its file's batch",
@@ -104,11 +105,28 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
-    """One file per iteration."""
+    """One file per iteration; the run's preset from its config.json where it states the filter."""
     steps = columns.one_file_per_step(
         paths, reduced, "tinker rollout summaries", "one train_rollout_summaries.jsonl per iteration"
     )
-    return [with_trained_default(table, *DEFAULT) for table in steps]
+    said = trained_default(options.run_config)
+    return [with_trained_default(table, *said) for table in steps]
+
+
+def trained_default(config: RunConfig | None) -> tuple[str, str, str | None]:
+    """tinker-center, with its constant groups dropped where the run's config turned remove_constant_reward_groups
+    on; the default, an assumption, where no config states it."""
+    if config is None or "remove_constant" not in config:
+        return (*DEFAULT, None)
+    dropped = bool(config.get("remove_constant"))
+    scheme = "tinker-center(drop=constant)" if dropped else "tinker-center"
+    return scheme, f"tinker-cookbook compute_advantages with {config.cite('remove_constant')}", config.source
+
+
+def config_files(paths: list[Path]) -> list[Path]:
+    """tinker-cookbook dumps its config as config.json in log_path, above the iteration_* folders."""
+    folder = paths[0].parent
+    return [folder.parent / "config.json" if _ITERATION_DIRECTORY.match(folder.name) else folder / "config.json"]
 
 
 LOADER = Format(
@@ -124,4 +142,7 @@ LOADER = Format(
     reward="total_reward",
     trained_with=(DEFAULT,),
     cannot_audit=CANNOT_AUDIT,
+    settings=(Setting("remove_constant", ("remove_constant_reward_groups",), "bool"),),
+    config_files=config_files,
+    config_where="config.json in log_path (tinker-cookbook's setup_logging dumps the run's config there)",
 )

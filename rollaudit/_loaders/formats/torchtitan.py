@@ -56,6 +56,7 @@ from ..._table import (
 )
 from ..arrow import columns, json_lines, tables
 from ..base import Format
+from ..config import RunConfig, Setting
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -125,7 +126,7 @@ CANNOT_AUDIT = (
     "an untrainable group whose sibling without completion tokens was not dumped, and empty completions where "
     "completion_token_ids are not logged (log_tensors off)",
     "whether drop_zero_std_reward_groups was on (assumed: its default) and which estimator option ran, other "
-    "than from the recorded values",
+    "than from the recorded values or a config named with --config",
 )
 
 
@@ -444,7 +445,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 _FILE_FACTS = b"torchtitan.file"
 
 
-def _notes(facts: dict[str, Any], constant_groups: int) -> list[str]:
+def _notes(facts: dict[str, Any], constant_groups: int, config: RunConfig | None) -> list[str]:
     notes = []
     lines, passes = facts["validation_lines"], facts["validation_passes"]
     if lines:
@@ -489,7 +490,13 @@ def _notes(facts: dict[str, Any], constant_groups: int) -> list[str]:
             f"segment {segment}'s steps reach back into an earlier segment's (a restart, or a resume from an earlier "
             f"checkpoint): moved {offset} step{'s' if offset != 1 else ''} later, so that no batch mixes two processes"
         )
-    if constant_groups and not facts["older"]:
+    if constant_groups and not facts["older"] and config is not None and "drop_zero_std" in config:
+        plural = "s" if constant_groups != 1 else ""
+        notes.append(
+            f"{config.cite('drop_zero_std')}: {constant_groups} group{plural} whose dumped rewards are all equal "
+            + ("counted as not trained" if config.get("drop_zero_std") else "audited as trained")
+        )
+    elif constant_groups and not facts["older"]:
         notes.append(
             "drop_zero_std_reward_groups assumed on (its default since torchtitan's async loop; debug configs turn "
             f"it off): {constant_groups} group{'s' if constant_groups != 1 else ''} whose dumped rewards are all equal "
@@ -513,6 +520,15 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     table = reduced[0]
     facts = json.loads((table.schema.metadata or {}).get(_FILE_FACTS, b"{}"))
     table = table.replace_schema_metadata(None)
+    config = options.run_config
+    cleared = 0
+    if config is not None and config.get("drop_zero_std") is False:
+        # The run trained its constant groups: they are in every rate.
+        constant = pc.fill_null(pc.equal(table.column(NOT_TRAINED), ZERO_STD), False)
+        cleared = len(pc.unique(columns.plain(table.column("prompt")).filter(columns.plain(constant))))
+        index = table.column_names.index(NOT_TRAINED)
+        kept = pc.if_else(constant, pa.scalar(None, pa.string()), table.column(NOT_TRAINED))
+        table = table.set_column(index, NOT_TRAINED, kept)
     if table.num_rows == 0:
         raise InputError(
             f"holds no training line ({facts.get('validation_lines', 0)} validation lines): no group to audit",
@@ -527,7 +543,8 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     _, first = np.unique(prompt, return_index=True)
     group_step = table.column(STEP).to_numpy()[first]
     group_reason = reason[first]
-    notes = _notes(facts, int(np.sum(group_reason == reasons.index(ZERO_STD))) if ZERO_STD in reasons else 0)
+    dropped = int(np.sum(group_reason == reasons.index(ZERO_STD))) if ZERO_STD in reasons else 0
+    notes = _notes(facts, cleared if config is not None and config.get("drop_zero_std") is False else dropped, config)
     # What every step carries alike, once on the whole table (its steps are slices of it).
     table = with_trained_default(
         with_facts(
@@ -536,7 +553,7 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             # A bound gathers the groups of one bound, not a trained batch: batch-wide schemes are as unknown.
             no_step=NO_STEP if facts.get("no_step") else STEP_BOUND if not facts["older"] else None,
         ),
-        *DEFAULT,
+        *trained_default(config),
     )
     steps = columns.split_steps(table, paths[0])
     # Groups per step and reason (-1: trained), counted in one pass.
@@ -556,6 +573,42 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
     return result
 
 
+def trained_default(config: RunConfig | None) -> tuple[str, str, str | None]:
+    """The run's estimator option from its config (should_std_normalize), else torchtitan's default."""
+    if config is None or not any(name in config for name in ("std_normalize", "drop_zero_std")):
+        return (*DEFAULT, None)
+    scheme = "torchtitan-grpo" if config.get("std_normalize") else "torchtitan-drgrpo"
+    option = "" if "std_normalize" in config else " (should_std_normalize not in it: its default, False)"
+    return (
+        scheme,
+        f"torchtitan AdvantageEstimator with {config.cite('std_normalize', 'drop_zero_std')}{option}",
+        config.source,
+    )
+
+
+def config_files(paths: list[Path]) -> list[Path]:
+    """torchtitan's RL controller saves no config; with metrics.enable_wandb, W&B keeps one in the dump folder."""
+    return [paths[0].parent / "wandb" / "latest-run" / "files" / "config.yaml"]
+
+
+SETTINGS = (
+    Setting(
+        "drop_zero_std",
+        (
+            "async_loop.training_sample_builder.drop_zero_std_reward_groups",
+            "training_sample_builder.drop_zero_std_reward_groups",
+            "drop_zero_std_reward_groups",
+        ),
+        "bool",
+    ),
+    Setting(
+        "std_normalize",
+        ("rollouter.advantage.should_std_normalize", "advantage.should_std_normalize", "should_std_normalize"),
+        "bool",
+    ),
+)
+
+
 LOADER = Format(
     name="torchtitan",
     description=f"torchtitan RL {{dump_folder}}/{FILE_NAME} (a line per recorded rollout, appended for the run)",
@@ -572,4 +625,8 @@ LOADER = Format(
     trained_with=(DEFAULT,),
     cannot_audit=CANNOT_AUDIT,
     steps_appended=True,
+    settings=SETTINGS,
+    config_files=config_files,
+    config_where="none saved by the RL controller: --config (TOML, YAML, JSON), or W&B's "
+    "wandb/latest-run/files/config.yaml in the dump folder",
 )

@@ -60,6 +60,7 @@ from ..._table import (
 )
 from ..arrow import columns, json_lines, tables
 from ..base import Format
+from ..config import RunConfig, Setting
 
 if TYPE_CHECKING:
     from ..options import LoadOptions
@@ -428,23 +429,57 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             "their advantages may differ from verl's"
         )
     return [
-        _with_found(table, padded.get(step, 0), v1[step], shared.get(step, 0), notes)
+        _with_found(table, padded.get(step, 0), v1[step], shared.get(step, 0), notes, options.run_config)
         for table, step in zip(per_step, steps, strict=True)
     ]
 
 
-def _with_found(table: pa.Table, padded: int, v1: bool, shared: int, notes: list[str]) -> pa.Table:
+def trained_default(v1: bool, config: RunConfig | None) -> tuple[str | None, str, str | None]:
+    """The preset the run's config names (algorithm.adv_estimator, algorithm.norm_adv_by_std_in_grpo), else verl's
+    default for the layout."""
+    default = V1_DEFAULT if v1 else V0_DEFAULT
+    if config is None or not any(name in config for name in ("adv_estimator", "norm_adv_by_std")):
+        return (*default, None)
+    estimator = config.get("adv_estimator", "gae")
+    cited = config.cite("adv_estimator", "norm_adv_by_std")
+    base = _CONFIG_PRESETS.get(estimator)
+    if base is None:
+        return (
+            None,
+            f"verl adv_estimator={estimator} is not a group estimator rollaudit reproduces: {cited}",
+            config.source,
+        )
+    if estimator in ("grpo", "grpo_vectorized"):
+        base = default[0] or base
+        if config.get("norm_adv_by_std") is False:
+            base += "(scale=none)"
+    return base, f"verl {cited}", config.source
+
+
+_CONFIG_PRESETS = {
+    "grpo": "verl-grpo",
+    "grpo_vectorized": "verl-grpo",
+    "rloo": "verl-rloo",
+    "rloo_vectorized": "verl-rloo-vectorized",
+    "reinforce_plus_plus_baseline": "verl-rpp-baseline",
+}
+SETTINGS = (
+    Setting("adv_estimator", ("algorithm.adv_estimator",), "str"),
+    Setting("norm_adv_by_std", ("algorithm.norm_adv_by_std_in_grpo",), "bool"),
+)
+
+
+def _with_found(
+    table: pa.Table, padded: int, v1: bool, shared: int, notes: list[str], config: RunConfig | None = None
+) -> pa.Table:
     prompts = len(pc.unique(table.column(PROMPT)))
     if not v1:
         counts = {"prompts": prompts, "samples": table.num_rows, "input texts drawn for several prompts": shared}
         table = with_found(table, {"verl v0 (prompt = the input text)": counts}, notes)
         keyed = table.column(TRAJECTORY).null_count < table.num_rows  # a trajectory_col the user named
-        scheme, why = V0_DEFAULT
-        return with_facts(
-            table,
-            trained_default={"scheme": scheme, "why": why},
-            no_trajectory=None if keyed else V0_NO_TRAJECTORY,
-        )
+        scheme, why, source = trained_default(False, config)
+        said = {"scheme": scheme, "why": why, **({"config": source} if source else {})}
+        return with_facts(table, trained_default=said, no_trajectory=None if keyed else V0_NO_TRAJECTORY)
     counts = {
         "prompts": prompts,
         "sessions": len(pc.unique(table.column(TRAJECTORY))),
@@ -452,7 +487,7 @@ def _with_found(table: pa.Table, padded: int, v1: bool, shared: int, notes: list
         "padding rows left out": padded,
     }
     table = with_found(table, {"verl V1 (uid = prompt_session_output)": counts})
-    return with_trained_default(table, *V1_DEFAULT)
+    return with_trained_default(table, *trained_default(True, config))
 
 
 LOADER = Format(
@@ -470,4 +505,7 @@ LOADER = Format(
     reward=REWARD_FIELD,
     trained_with=(V0_DEFAULT, V1_DEFAULT),
     cannot_audit=(V0_NO_TRAJECTORY,),
+    settings=SETTINGS,
+    config_where="hydra's outputs/{date}/{time}/.hydra/config.yaml, tied to the dumps only by the launch directory: "
+    "--config",
 )

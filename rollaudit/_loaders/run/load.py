@@ -38,7 +38,8 @@ from ..._table import (
     with_facts,
     with_found,
 )
-from ..base import SeveralRuns
+from ..base import Format, SeveralRuns
+from ..config import find_config, read_config
 from ..options import Engine, LoadOptions, TokenReduce
 from ..registry import FORMATS
 from .discover import DUMP_HINT, MAX_DEPTH, directory_files, natural_key
@@ -241,6 +242,7 @@ def load(
     engine: Engine = "local",
     ray_address: str | None = None,
     run: str | None = None,
+    config: str | os.PathLike | None = None,
 ) -> pa.Table:
     """Read rollout dumps into one canonical table (see :mod:`rollaudit._table`), sorted by step.
 
@@ -266,6 +268,10 @@ def load(
     the numeric ones), ``reward_weights`` weighs them (a list in their
     order, or a dict by name), ``num_generations`` fixes the group size
     (default: the first run of equal prompt texts).
+
+    ``config``: the run's config file (ms-swift's ``args.json``, a TOML or YAML config), for the formats whose
+    arithmetic depends on settings their dumps do not hold (``rollaudit formats`` says which, and where each
+    framework saves it: a config found there is read without being named).
 
     Each file is one step, its own batch (generic tables: the files of one
     step form one batch, in order).
@@ -316,6 +322,7 @@ def load(
             engine=engine,
             ray_address=ray_address,
             run=run,
+            config=config,
         )
     elif not isinstance(options, LoadOptions):
         raise UsageError(f"options is a {type(options).__name__}", expected="a rollaudit.LoadOptions")
@@ -343,6 +350,7 @@ def _read_run(files: list[Path], options: LoadOptions, on_file: ProgressCallback
     tables: list[pa.Table] = []
     for name, (paths, parts) in grouped.items():
         FORMATS[name].check_options(options)
+        options = with_run_config(FORMATS[name], paths, options)
         try:
             tables.extend(FORMATS[name].combine(paths, parts, options))
         except Exception:
@@ -456,3 +464,25 @@ def _ordered(table: pa.Table) -> bool:
             return False
         previous = int(steps[-1]), int(positions[-1])
     return True
+
+
+def with_run_config(loader: Format, paths: list[Path], options: LoadOptions) -> LoadOptions:
+    """``options`` with the run's config read for ``loader``'s ``combine``: the file ``options.config`` names, else
+    the one its framework saves beside ``paths``, else none. ``--config`` for a format that reads none is refused."""
+    import dataclasses
+
+    if not loader.settings:
+        if options.config is not None:
+            readers = ", ".join(name for name, other in FORMATS.items() if other.settings)
+            raise UsageError(
+                f"--config is not read for {loader.name} dumps: rollaudit reads no setting of theirs from a config",
+                expected=f"a config for the dumps of {readers}",
+            )
+        return options
+    if options.config is not None:
+        path: Path | None = Path(options.config)
+    else:
+        path = find_config(loader.config_files(paths)) if loader.config_files is not None and paths else None
+    if path is None:
+        return options
+    return dataclasses.replace(options, run_config=read_config(path, loader.settings))

@@ -261,13 +261,21 @@ class TorchArchive:
             self._storage_cache_bytes -= len(dropped)
         return buffer
 
-    def unpickle(self, *, lazy_tensors: bool = False, warn: bool = True, skip: frozenset[str] = frozenset()) -> Any:
+    def unpickle(
+        self,
+        *,
+        lazy_tensors: bool = False,
+        warn: bool = True,
+        skip: frozenset[str] = frozenset(),
+        records: frozenset[str] = frozenset(),
+    ) -> Any:
         """The object ``torch.save`` wrote, rebuilt without running anything the file names.
 
         Unknown globals become placeholders, listed in ``unknown_globals`` and, with
         ``warn``, in one :class:`~rollaudit.RollauditWarning` line for the file.
         Lists of plain numbers under the dict keys ``skip`` are never built: each
-        is :data:`~rollaudit._loaders.torchsave.unpickle.SKIPPED`.
+        is :data:`~rollaudit._loaders.torchsave.unpickle.SKIPPED`. Objects of the classes named in ``records``
+        keep their pickled fields (:class:`~rollaudit._loaders.torchsave.unpickle.Record`).
         """
         if self._zip is None:
             raise self._error("the archive is closed")
@@ -280,7 +288,7 @@ class TorchArchive:
             ) from None
         del whole  # the kept bytes are copied out: the rest is not held while the unpickler builds
         stream = WholeBuffer(data)
-        unpickler = RestrictedUnpickler(stream, self, lazy_tensors)
+        unpickler = RestrictedUnpickler(stream, self, lazy_tensors, records)
         try:
             value = call_with_stack(unpickler.load, tuples)
         except InputError:

@@ -124,6 +124,29 @@ class Placeholder:
         return f"<placeholder for {self.global_name}>"
 
 
+class Record(Placeholder):
+    """An object of a class whose fields a reader needs (Molt's ``Experience`` dataclass): the state the pickle
+    gives it (its ``__dict__``: plain values, tensors, placeholders) is kept as ``fields``; nothing of the class is
+    imported or run, and nothing else the pickle does to it is kept."""
+
+    __slots__ = ("fields",)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Record:
+        record = object.__new__(cls)
+        record.fields = {}
+        return record
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (__dict__, slots), as pickle writes a slotted object
+            state = state[0]
+        if not isinstance(state, dict):
+            raise Malformed(f"the state of a {self.global_name} is not a dict of its fields")
+        self.fields = state
+
+    def __repr__(self) -> str:
+        return f"<record of {self.global_name}>"
+
+
 def describe_unknown(names: list[str], overflow: int = 0) -> str:
     """``placeholders for 2 unknown classes: numpy.core.multiarray._reconstruct, PIL.Image.Image``."""
     total = len(names) + overflow
@@ -407,8 +430,14 @@ class _Allowed:
 class RestrictedUnpickler(pickle.Unpickler):
     """The C unpickler with ``find_class`` and ``persistent_load`` replaced; C speed is kept."""
 
-    def __init__(self, file: Any, archive: StorageSource, lazy_tensors: bool) -> None:
+    def __init__(
+        self, file: Any, archive: StorageSource, lazy_tensors: bool, records: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__(file, encoding="utf-8", errors="replace")
+        # Classes whose objects keep their pickled fields (:class:`Record`), by global name.
+        self._records: dict[str, type[Record]] = {
+            name: type("Record", (Record,), {"__slots__": (), "global_name": printable(name)}) for name in records
+        }
         self._archive = archive
         self._lazy = lazy_tensors
         self._storages: dict[str, Storage] = {}
@@ -440,6 +469,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         of the pickle alive until the cyclic garbage collector runs, so memory would grow file after file."""
         self.memo.clear()
         self._allowed.clear()
+        self._records.clear()
         self._storages.clear()
 
     def find_class(self, module: str, name: str) -> Any:
@@ -450,7 +480,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             return allowed
         if module == "torch" and name in _STORAGE_TYPES:
             return _STORAGE_TYPES[name]
-        return self._placeholder(full_name)
+        record = self._records.get(full_name)
+        return record if record is not None else self._placeholder(full_name)
 
     def _placeholder(self, full_name: str) -> type[Placeholder]:
         known = self._placeholders.get(full_name)

@@ -31,7 +31,7 @@ def _verdict(point: StepPoint) -> str:
 
 
 # How the run's own scheme is known, said after its name; recorded advantages need no word.
-_EVIDENCE = {"given": " (as given)", "framework default": " (assumed)"}
+_EVIDENCE = {"given": " (as given)", "framework default": " (assumed)", "config": " (from its config)"}
 
 
 def step_line(point: StepPoint, files: Sequence[str] = ()) -> str:

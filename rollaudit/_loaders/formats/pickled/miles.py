@@ -86,7 +86,7 @@ _METADATA, _SAMPLES, _ROLLOUT_DATA = _key(b"metadata"), _key(b"samples"), _key(b
 _TRAIN_TAIL = (_key(b"cp_rank"), _key(b"cp_size"), _key(b"qkv_format"))
 
 
-def _pickle_ends(path: Path) -> tuple[bytes, bytes] | None:
+def pickle_ends(path: Path) -> tuple[bytes, bytes] | None:
     """The first and last bytes of a torch.save zip's data.pkl (the last only where it is stored, as torch
     stores it), read without unpickling; None when the file is no torch.save zip."""
     try:
@@ -119,7 +119,7 @@ def detect(path: Path) -> bool:
     """A torch.save zip holding miles' top level: a rollout dump whose ``metadata`` key comes before
     ``samples`` (slime's has no top-level metadata), or a train dump with ``rollout_data`` that ends with
     ``cp_rank`` / ``cp_size`` / ``qkv_format`` (slime's first layout has none of them)."""
-    ends = _pickle_ends(path)
+    ends = pickle_ends(path)
     if ends is None:
         return False
     head, tail = ends

@@ -1,0 +1,249 @@
+"""Molt's rollout dumps (``--train.rollout_dump_dir``) to the canonical table, read without running anything.
+
+Molt's generator (``GenerateSamplesActor.fit``, rl_trainer.py, 2d62608) writes each generation batch with
+``torch.save(samples, {rollout_dump_dir}/rollout_step{global_step}.pt)``: a list of ``Experience`` dataclasses of
+B samples each. The safe reader (:mod:`...torchsave`) keeps an Experience's fields (a
+:class:`~...torchsave.unpickle.Record`); its heavy tensors sit behind a ``ray.ObjectRef`` that names a Ray session
+long gone, read as an inert placeholder and never resolved.
+
+Columns: ``step`` = N of the file name, ``position`` = the sample's place in the file, ``prompt`` = ``group_ids``
+(a uuid per prompt group), ``trajectory`` = ``rollout_ids`` (a uuid per rollout: the segments of a multi-turn
+rollout share it), ``reward`` = ``rewards`` as stored (unclipped), ``clipped_reward`` = the same clipped to the run's
+``--reward.clip_range`` (default -10, 10; float32, as Molt clamps it before every estimator), ``response_length`` =
+the action tokens (``action_mask``), over which Molt whitens. No advantages are written: Molt computes them after
+the dump, in the trainer.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...._errors import InputError, RollauditWarning, warn
+from ...._table import found_in, make_table, notes_in, with_found, with_trained_default
+from ...arrow import columns
+from ...base import Format
+from ...config import Setting
+from ...torchsave.torch_zip import TorchArchive
+from ...torchsave.unpickle import Record
+from .miles import pickle_ends
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
+    from ...options import LoadOptions
+
+_FILE = re.compile(r"^rollout_step(\d+)\.pt$")
+_EXPERIENCE = "molt.trainer.algorithm.experience.Experience"
+_OPAQUE = frozenset({"ray.ObjectRef"})  # the heavy tensors' handle: an id in a Ray session long gone
+CLIPPED = "clipped_reward"
+DEFAULT_CLIP = (-10.0, 10.0)
+ESTIMATORS = ("reinforce", "grpo", "dr_grpo", "rloo", "reinforce_baseline", "gae", "on_policy_distill")
+PRESET_OF = {
+    "grpo": "molt-grpo",
+    "dr_grpo": "molt-dr-grpo",
+    "rloo": "molt-rloo",
+    "reinforce_baseline": "molt-reinforce-baseline",
+}
+DEFAULT_KL = 0.01
+REINFORCE = (
+    "Molt's default estimator reinforce (REINFORCE++) is token-level: each sample's clipped reward on its last "
+    "action token plus -kl_coef x a per-token KL whose log-probs the dump does not hold (--algo.kl.init_coef, "
+    "0.01 by default), whitened over the batch's action tokens: not reproducible from the dump"
+)
+SETTINGS = (
+    Setting("estimator", ("algo.advantage.estimator", "advantage_estimator", "estimator"), "str", ESTIMATORS),
+    Setting("clip_range", ("reward.clip_range", "clip_range"), "range"),
+    Setting("kl_coef", ("algo.kl.init_coef", "init_kl_coef", "kl_coef"), "float"),
+)
+CANNOT_AUDIT = (
+    "the first generation batch: Molt's async loop hands the writer the step before it is incremented, so two "
+    "batches are written as rollout_step0.pt and the first (trained) is overwritten (not with force_sync_mode)",
+    "the rows that balance_experiences drops after the dump (the remainder over the data-parallel ranks): "
+    "they are audited as trained",
+    "the default estimator reinforce: its per-token KL is not in the dump",
+)
+
+
+def detect(path: Path) -> bool:
+    """A torch.save zip whose pickle starts with Molt's ``Experience`` class, whatever the file's name."""
+    ends = pickle_ends(path)
+    return ends is not None and b"molt.trainer.algorithm.experience" in ends[0] and b"Experience" in ends[0]
+
+
+def expand_directory(directory: Path) -> list[Path] | None:
+    """A ``rollout_dump_dir``'s ``rollout_step{N}.pt`` files (or those of a ``rollout_dump`` folder below)."""
+    for folder in (directory, directory / "rollout_dump"):
+        if folder.is_dir():
+            files = [path for path in folder.iterdir() if _FILE.match(path.name) and path.is_file()]
+            if files:
+                return files
+    return None
+
+
+def _numbers(value: Any, path: Path, field: str, index: int, rows: int, dtype: Any) -> np.ndarray:
+    """An Experience field as ``rows`` values (a tensor of shape (B,) or (B, 1))."""
+    array = value.numpy() if hasattr(value, "numpy") and not isinstance(value, np.ndarray) else value
+    if not isinstance(array, np.ndarray) or array.size != rows:
+        raise InputError(
+            f"experience {index}: {field} is not {rows} values",
+            file=str(path),
+            field=field,
+            expected="a tensor of one value per sample",
+        )
+    return array.reshape(rows).astype(dtype)
+
+
+def _ids(value: Any, path: Path, field: str, index: int) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(item, str) and item for item in value):
+        raise InputError(
+            f"experience {index}: {field} is not a list of ids",
+            file=str(path),
+            field=field,
+            expected="Molt's uuid hex strings, one per sample",
+        )
+    return list(value)
+
+
+def read(path: Path, options: LoadOptions) -> pa.Table:
+    """One ``rollout_step{N}.pt``: a row per sample (an Experience holds B of them)."""
+    match = _FILE.match(path.name)
+    with TorchArchive(path) as archive:
+        top = archive.unpickle(lazy_tensors=True, warn=False, records=frozenset({_EXPERIENCE}))
+        others = [name for name in archive.unknown_globals if name not in _OPAQUE]
+        if others:
+            warn(f"{path}: classes read as inert placeholders: {', '.join(others[:8])}", RollauditWarning)
+        if not isinstance(top, list) or not all(isinstance(item, Record) for item in top):
+            raise InputError(
+                "is not a list of Molt Experience objects", file=str(path), expected="Molt's rollout_step{N}.pt"
+            )
+        groups: list[str] = []
+        rollouts: list[str] = []
+        rewards, tokens = [], []
+        for index, experience in enumerate(top):
+            fields = experience.fields
+            group = _ids(fields.get("group_ids"), path, "group_ids", index)
+            rollout = _ids(fields.get("rollout_ids"), path, "rollout_ids", index)
+            if len(rollout) != len(group):
+                raise InputError(
+                    f"experience {index}: {len(group)} group_ids but {len(rollout)} rollout_ids",
+                    file=str(path),
+                    field="rollout_ids",
+                    expected="one rollout id per sample",
+                )
+            rows = len(group)
+            rewards.append(_numbers(fields.get("rewards"), path, "rewards", index, rows, np.float32))
+            mask = fields.get("action_mask")
+            mask = mask.numpy() if hasattr(mask, "numpy") else mask
+            if not isinstance(mask, np.ndarray) or mask.ndim != 2 or mask.shape[0] != rows:
+                raise InputError(
+                    f"experience {index}: action_mask is not one row per sample",
+                    file=str(path),
+                    field="action_mask",
+                    expected="a (B, T) mask",
+                )
+            tokens.append(mask.astype(bool).sum(axis=1))
+            groups += group
+            rollouts += rollout
+    if not groups:
+        raise InputError("holds no sample", file=str(path), expected="Molt's rollout_step{N}.pt")
+    step = columns.name_step(match.group(1), path) if match else 0
+    reward = np.concatenate(rewards)
+    table = make_table(
+        reward=reward.astype(np.float64),
+        prompt=groups,
+        trajectory=rollouts,
+        step=np.full(len(reward), step, dtype=np.int64),
+        response_length=np.concatenate(tokens).astype(np.float64),
+    )
+    found = {
+        "samples": table.num_rows,
+        "groups": len(set(groups)),
+        "rollouts": len(set(rollouts)),
+        "rollouts of several segments": len(rollouts) - len(set(rollouts)),
+    }
+    return with_found(table, {"molt (prompt = group_ids, trajectory = rollout_ids)": found})
+
+
+def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
+    """One file per step; the clipped reward and the run's estimator from its config (or Molt's defaults)."""
+    config = options.run_config
+    low, high = config.get("clip_range", DEFAULT_CLIP) if config is not None else DEFAULT_CLIP
+    scheme, why = trained_default(config)
+    source = config.source if config is not None and "estimator" in config else None
+    notes = []
+    if any(path.name == "rollout_step0.pt" for path in paths):
+        notes.append(
+            "rollout_step0.pt holds Molt's second generation batch unless the run set force_sync_mode: its async "
+            "loop writes the first two under step 0, and the first, trained, is lost"
+        )
+    steps = columns.one_file_per_step(paths, reduced, "Molt rollout dumps", "one rollout_step{N}.pt per step")
+    combined = []
+    for table in steps:
+        stored = table.column("reward").to_numpy().astype(np.float32)
+        clipped = np.clip(stored, np.float32(low), np.float32(high)).astype(np.float64)
+        table = table.append_column(CLIPPED, pa.array(clipped))
+        if notes:
+            table = with_found(table, found_in(table), [*notes_in(table), *notes])
+        combined.append(with_trained_default(table, scheme, why, source))
+    return combined
+
+
+def trained_default(config: RunConfig | None) -> tuple[str | None, str]:
+    """The run's preset from its config, else Molt's default (reinforce: not reproducible), and why."""
+    if config is None or "estimator" not in config:
+        if config is not None and config.get("kl_coef") == 0.0:
+            return "molt-reinforce-nokl", f"Molt's default estimator reinforce, with {config.cite('kl_coef')}"
+        return None, REINFORCE + " (no config names the estimator: Molt's CLI default assumed)"
+    estimator = config.get("estimator")
+    if estimator in PRESET_OF:
+        return PRESET_OF[estimator], f"Molt {estimator}: {config.cite('estimator', 'clip_range')}"
+    if estimator == "reinforce":
+        if config.get("kl_coef", DEFAULT_KL) == 0.0:
+            return "molt-reinforce-nokl", f"Molt reinforce without KL: {config.cite('estimator', 'kl_coef')}"
+        return None, f"{REINFORCE} ({config.cite('estimator', 'kl_coef')})"
+    return (
+        None,
+        f"Molt {estimator} needs what the dump does not hold (a critic or a teacher): {config.cite('estimator')}",
+    )
+
+
+def config_files(paths: list[Path]) -> list[Path]:
+    """Molt saves no config of its own: a ``config.yaml`` or ``config.json`` the run keeps beside its dump."""
+    folder = paths[0].parent
+    return [
+        folder / "config.yaml",
+        folder / "config.json",
+        folder.parent / "config.yaml",
+        folder.parent / "config.json",
+    ]
+
+
+LOADER = Format(
+    name="molt",
+    description="Molt rollout_dump_dir/rollout_step{N}.pt (torch.save of Experience objects)",
+    detect=detect,
+    read=read,
+    combine=combine,
+    expand_directory=expand_directory,
+    reads="Molt's Experience fields (prompt = group_ids, trajectory = rollout_ids, reward = rewards), without "
+    "running the pickle",
+    prompt="group_ids",
+    trajectory="rollout_ids",
+    reward="rewards (unclipped; clipped_reward as the estimators see it)",
+    trained_with=(
+        (None, REINFORCE),
+        (
+            "molt-grpo",
+            "with --algo.advantage.estimator grpo in the run's config (likewise dr_grpo, rloo, reinforce_baseline)",
+        ),
+    ),
+    cannot_audit=CANNOT_AUDIT,
+    settings=SETTINGS,
+    config_files=config_files,
+    config_where="none saved by Molt (its CLI arguments reach W&B only): --config, or config.yaml/config.json kept "
+    "beside the dump directory",
+)

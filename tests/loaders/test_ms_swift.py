@@ -1,0 +1,127 @@
+"""ms-swift's completions.jsonl beyond the corpus run: repeated batches, the group size from args.json or from
+what verifies, a prompt text that is two groups, the run's config against its recorded advantages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rollaudit
+from rollaudit import InputError
+from tests.conformance.conftest import corpus
+
+RUN = "grpo_default/output/v0-20261207-000000"
+
+
+def _lines() -> list[dict]:
+    text = (corpus("ms_swift") / RUN / "completions.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _write(folder: Path, lines: list[dict], args: dict | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "completions.jsonl").write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8"
+    )
+    if args is not None:
+        (folder / "args.json").write_text(json.dumps(args), encoding="utf-8")
+    return folder
+
+
+def _relogged(line: dict, step: int) -> dict:
+    return {**line, "step": [str(step)] * len(line["step"])}
+
+
+def test_a_batch_written_again_is_read_once_and_counted(tmp_path):
+    lines = _lines()
+    # The buffer logged again at the next step before a new batch was generated.
+    folder = _write(tmp_path / "run", [lines[0], _relogged(lines[0], 6), lines[1], lines[2]])
+    table = rollaudit.load(folder)
+    assert table.num_rows == 48
+    assert sorted(set(table.column("step").to_pylist())) == [5, 10, 15]
+    found = rollaudit.audit(table, device="cpu").info["found"]
+    counts = next(iter(found.values()))
+    assert counts["lines repeating an earlier line (read once)"] == 1 and counts["rows repeated (read once)"] == 16
+
+
+def test_the_same_prompt_text_twice_in_a_step_is_two_groups(tmp_path):
+    lines = _lines()
+    first = lines[0]
+    # The step's second group given the first group's prompt text: two dataset rows of one text.
+    prompts = first["prompt"][:8] * 2
+    folder = _write(tmp_path / "run", [{**first, "prompt": prompts}])
+    table = rollaudit.load(folder)
+    assert len(set(table.column("prompt").to_pylist())) == 2
+    counts = next(iter(rollaudit.audit(table, device="cpu").info["found"].values()))
+    assert counts["groups sharing a prompt text with another group of their step"] == 2
+
+
+def test_the_group_size_from_args_json_is_a_fact_and_a_wrong_one_refused(tmp_path):
+    lines = _lines()
+    good = _write(tmp_path / "good", lines, {"num_generations": 8})
+    notes = rollaudit.audit(rollaudit.load(good), device="cpu").info["loader_notes"]
+    assert any("num_generations=8 (from" in note and "args.json" in note for note in notes), notes
+    bad = _write(tmp_path / "bad", lines, {"num_generations": 16})
+    with pytest.raises(InputError, match="num_generations=16"):
+        rollaudit.load(bad)
+
+
+def test_a_group_size_nothing_verifies_is_refused_naming_the_field(tmp_path):
+    lines = _lines()
+    # Every advantage 0 and every reward one value: every size of one prompt text fits alike.
+    flat = [
+        {**line, "reward_correct": [1.0] * 16, "reward_format": [1.0] * 16, "advantages": [0.0] * 16} for line in lines
+    ]
+    folder = _write(tmp_path / "run", flat)
+    with pytest.raises(InputError, match="group sizes 2, 4, 8 all fit") as raised:
+        rollaudit.load(folder)
+    assert "num_generations" in str(raised.value)
+    assert rollaudit.load(folder, num_generations=8).num_rows == 48
+
+
+def test_the_config_names_the_preset_and_a_contradiction_is_said(tmp_path):
+    lines = _lines()
+    agreeing = _write(tmp_path / "agree", lines, {"advantage_estimator": "grpo", "scale_rewards": "group"})
+    trained = rollaudit.audit(rollaudit.load(agreeing), device="cpu").trained_with
+    assert (trained.scheme, trained.evidence) == ("swift-grpo", "recorded")
+    assert "the run's config names it too" in trained.why and "scale_rewards=group" in trained.why
+    contradicting = _write(tmp_path / "contra", lines, {"advantage_estimator": "grpo", "scale_rewards": "batch"})
+    trained = rollaudit.audit(rollaudit.load(contradicting), device="cpu").trained_with
+    assert (trained.scheme, trained.evidence) == ("swift-grpo", "recorded")
+    assert "names swift-grpo-batch" in trained.why and "they win" in trained.why
+
+
+def test_kl_in_the_reward_is_said_not_reproducible(tmp_path):
+    lines = _lines()
+    folder = _write(tmp_path / "run", lines, {"advantage_estimator": "rloo", "kl_in_reward": True, "beta": 0.04})
+    table = rollaudit.load(folder)
+    said = rollaudit.audit(table, device="cpu").trained_with.why
+    assert "not reproducible from the logged rewards" in said and "holds no KL" in said
+
+
+def test_reward_weights_from_args_json_weigh_the_functions(tmp_path):
+    lines = _lines()
+    folder = _write(tmp_path / "run", lines, {"reward_weights": [2.0, 0.5], "num_generations": 8})
+    table = rollaudit.load(folder)
+    correct, form = (np.asarray(table.column(name)) for name in ("reward_correct", "reward_format"))
+    expected = correct.astype(np.float32) * np.float32(2.0) + form.astype(np.float32) * np.float32(0.5)
+    assert np.array_equal(table.column("reward").to_numpy(), expected.astype(np.float64))
+    with pytest.raises(InputError, match="reward_weights gives 3 weights"):
+        rollaudit.load(_write(tmp_path / "three", lines, {"reward_weights": [1.0, 1.0, 1.0]}))
+
+
+def test_a_resumed_run_that_logs_a_step_twice_is_refused(tmp_path):
+    lines = _lines()
+    other = {**lines[1], "step": lines[0]["step"]}
+    with pytest.raises(InputError, match="both log step 5"):
+        rollaudit.load(_write(tmp_path / "run", [lines[0], other]))
+
+
+def test_a_bad_value_names_its_line_counted_from_one(tmp_path):
+    lines = _lines()
+    lines[2] = {**lines[2], "advantages": ["x"] * 16}
+    with pytest.raises(InputError, match="line 3: advantages holds a value that is not a number"):
+        rollaudit.load(_write(tmp_path / "run", lines))
