@@ -125,3 +125,17 @@ def test_a_bad_value_names_its_line_counted_from_one(tmp_path):
     lines[2] = {**lines[2], "advantages": ["x"] * 16}
     with pytest.raises(InputError, match="line 3: advantages holds a value that is not a number"):
         rollaudit.load(_write(tmp_path / "run", lines))
+
+
+def test_unwritten_weights_leave_no_group_size_and_the_refusal_says_why(tmp_path):
+    lines = _lines()
+    # The advantages of rewards weighted (2, 0.5), logged beside the unweighted rewards, with no args.json.
+    weighted = []
+    for line in lines:
+        rewards = np.array(line["reward_correct"]) * 2.0 + np.array(line["reward_format"]) * 0.5
+        groups = rewards.reshape(-1, 8)
+        centred = (groups - groups.mean(axis=1, keepdims=True)) / (groups.std(axis=1, ddof=1, keepdims=True) + 1e-4)
+        weighted.append({**line, "advantages": centred.reshape(-1).tolist()})
+    with pytest.raises(InputError, match="weighted its rewards or subtracted a KL") as raised:
+        rollaudit.load(_write(tmp_path / "run", weighted))
+    assert "field 'num_generations'" in str(raised.value)

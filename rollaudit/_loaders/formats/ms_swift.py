@@ -301,7 +301,8 @@ def _group_size(table: pa.Table, rewards: np.ndarray, given: tuple[int, str] | N
     reason = (
         f"the group sizes {', '.join(map(str, fits))} all fit the dump"
         if fits
-        else "no group size fits the dump (slices of one prompt text whose recorded advantages centre them)"
+        else "no group size fits the dump: no slicing into groups of one prompt text has recorded advantages that "
+        "centre each group's rewards (the run may have weighted its rewards or subtracted a KL, as args.json would say)"
     )
     raise InputError(
         f"{reason}; no args.json beside it states num_generations",

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...._errors import InputError, RollauditWarning, warn
-from ...._table import found_in, make_table, notes_in, with_found, with_trained_default
+from ...._table import NOT_TRAINED, found_in, make_table, notes_in, with_found, with_trained_default
 from ...arrow import columns
 from ...base import Format
 from ...config import Setting
@@ -58,12 +58,16 @@ SETTINGS = (
     Setting("estimator", ("algo.advantage.estimator", "advantage_estimator", "estimator"), "str", ESTIMATORS),
     Setting("clip_range", ("reward.clip_range", "clip_range"), "range"),
     Setting("kl_coef", ("algo.kl.init_coef", "init_kl_coef", "kl_coef"), "float"),
+    Setting("actor_nodes", ("actor.num_nodes",), "int"),
+    Setting("actor_gpus", ("actor.num_gpus_per_node",), "int"),
+    Setting("cp_size", ("fsdp.cp_size",), "int"),
+    Setting("tp_size", ("fsdp.tp_size",), "int"),
 )
 CANNOT_AUDIT = (
     "the first generation batch: Molt's async loop hands the writer the step before it is incremented, so two "
     "batches are written as rollout_step0.pt and the first (trained) is overwritten (not with force_sync_mode)",
-    "the rows that balance_experiences drops after the dump (the remainder over the data-parallel ranks): "
-    "they are audited as trained",
+    "the rows that balance_experiences drops after the dump (the trailing remainder over the data-parallel "
+    "ranks), unless the config states the actor's GPUs: otherwise they are audited as trained",
     "the default estimator reinforce: its per-token KL is not in the dump",
 )
 
@@ -122,7 +126,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
             )
         groups: list[str] = []
         rollouts: list[str] = []
-        rewards, tokens = [], []
+        rewards, tokens, experiences = [], [], []
         for index, experience in enumerate(top):
             fields = experience.fields
             group = _ids(fields.get("group_ids"), path, "group_ids", index)
@@ -146,6 +150,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
                     expected="a (B, T) mask",
                 )
             tokens.append(mask.astype(bool).sum(axis=1))
+            experiences.append(np.full(rows, index, dtype=np.int64))
             groups += group
             rollouts += rollout
     if not groups:
@@ -158,6 +163,7 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
         trajectory=rollouts,
         step=np.full(len(reward), step, dtype=np.int64),
         response_length=np.concatenate(tokens).astype(np.float64),
+        experience=np.concatenate(experiences),
     )
     found = {
         "samples": table.num_rows,
@@ -181,15 +187,42 @@ def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) ->
             "loop writes the first two under step 0, and the first, trained, is lost"
         )
     steps = columns.one_file_per_step(paths, reduced, "Molt rollout dumps", "one rollout_step{N}.pt per step")
+    ranks = data_parallel_ranks(config)
+    if ranks is not None:
+        assert config is not None
+        notes.append(
+            f"{ranks} data-parallel ranks ({config.cite('actor_nodes', 'actor_gpus', 'cp_size', 'tp_size')}): "
+            "balance_experiences drops each step's trailing experiences past a multiple of them, before the "
+            "advantages; those rows are not trained"
+        )
     combined = []
     for table in steps:
         stored = table.column("reward").to_numpy().astype(np.float32)
         clipped = np.clip(stored, np.float32(low), np.float32(high)).astype(np.float64)
         table = table.append_column(CLIPPED, pa.array(clipped))
+        if ranks is not None:
+            table = table.append_column(NOT_TRAINED, _balanced_out(table.column("experience").to_numpy(), ranks))
         if notes:
             table = with_found(table, found_in(table), [*notes_in(table), *notes])
         combined.append(with_trained_default(table, scheme, why, source))
     return combined
+
+
+def data_parallel_ranks(config: RunConfig | None) -> int | None:
+    """Molt's data-parallel ranks (actor nodes x GPUs per node over context x tensor parallelism), where the run's
+    config states the actor's GPUs; None otherwise (nothing is known to be dropped)."""
+    if config is None or "actor_gpus" not in config:
+        return None
+    world = int(config.get("actor_nodes", 1)) * int(config.get("actor_gpus"))
+    return max(1, world // max(1, int(config.get("cp_size", 1)) * int(config.get("tp_size", 1))))
+
+
+def _balanced_out(experience: np.ndarray, ranks: int) -> pa.Array:
+    """``balance_experiences``' reason for the rows of the trailing experiences past a multiple of ``ranks``."""
+    count = int(experience.max()) + 1 if len(experience) else 0
+    kept = count - count % ranks
+    reason = f"dropped by balance_experiences (the remainder over {ranks} data-parallel ranks)"
+    return pa.array(np.where(experience >= kept, reason, None).tolist(), pa.string())
 
 
 def trained_default(config: RunConfig | None) -> tuple[str | None, str]:
