@@ -222,7 +222,7 @@ def _balanced_out(experience: np.ndarray, ranks: int) -> pa.Array:
     count = int(experience.max()) + 1 if len(experience) else 0
     kept = count - count % ranks
     reason = f"dropped by balance_experiences (the remainder over {ranks} data-parallel ranks)"
-    return pa.array(np.where(experience >= kept, reason, None).tolist(), pa.string())
+    return pa.array([reason if index >= kept else None for index in experience.tolist()], pa.string())
 
 
 def trained_default(config: RunConfig | None) -> tuple[str | None, str]:
