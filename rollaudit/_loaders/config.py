@@ -24,9 +24,10 @@ from .._errors import InputError, UsageError
 
 Kind = Literal["bool", "int", "float", "str", "floats", "range"]
 
+_MOST = 1 << 31
 _EXPECTED: dict[str, str] = {
     "bool": "true or false",
-    "int": "an integer",
+    "int": "a positive integer",
     "float": "a number",
     "str": "a string",
     "floats": "a list of numbers, or null",
@@ -98,6 +99,12 @@ def read_config(path: Path, settings: Sequence[Setting], shown: str | None = Non
     except OSError as error:
         raise InputError(f"cannot read the config: {error.strerror or error}", file=where) from None
     document = _parse(data, path, where)
+    if _lookup(document, "tool.rollaudit.gate")[0] or (
+        isinstance(document, Mapping) and {"max", "min", "require"} & set(document)
+    ):
+        raise UsageError(
+            "holds the gate's rules, not a run's config", file=where, expected="the rules given with --gate-config FILE"
+        )
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
     unresolved: list[str] = []
@@ -174,10 +181,10 @@ def _checked(value: Any, setting: Setting, key: str, where: str) -> Any:
     ok = True
     if kind == "bool":
         ok = isinstance(value, bool)
-    elif kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "int":  # every int read is a count or a size
+        ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MOST
     elif kind == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = _number(value)
         value = float(value) if ok else value
     elif kind == "str":
         ok = isinstance(value, str)
@@ -197,7 +204,10 @@ def _checked(value: Any, setting: Setting, key: str, where: str) -> Any:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A JSON number that is a double (an integer past one is no setting's value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return not isinstance(value, int) or abs(value) <= 1 << 53
 
 
 def _described(value: Any) -> str:

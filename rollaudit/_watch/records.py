@@ -127,7 +127,8 @@ class StepPoint:
     replaces: bool
     scheme_changed: str | None = None
     evidence: str | None = None
-    """How the run's own scheme is known: ``recorded``, ``given`` or ``framework default`` (an assumption)."""
+    """How the run's own scheme is known: ``recorded``, ``given``, ``config`` (the run's config names it) or
+    ``framework default`` (an assumption)."""
     first_findings: tuple[str, ...] = ()
     """The codes of the findings first found at this step."""
 

@@ -4,6 +4,7 @@ what verifies, a prompt text that is two groups, the run's config against its re
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,48 @@ def test_unwritten_weights_leave_no_group_size_and_the_refusal_says_why(tmp_path
     with pytest.raises(InputError, match="weighted its rewards or subtracted a KL") as raised:
         rollaudit.load(_write(tmp_path / "run", weighted))
     assert "field 'num_generations'" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"step": [["5"]] * 16}, "line 1: step"),
+        ({"step": ["--5"] * 16}, "line 1: step"),
+        ({"step": ["²"] * 16}, "line 1: step"),
+        ({"advantages": [[0.5]] * 16}, "line 1: advantages holds a value that is not a number"),
+        ({"advantages": ["0.7"] * 16}, "line 1: advantages holds a value that is not a number"),
+        ({"advantages": [True] * 16}, "line 1: advantages holds a value that is not a number"),
+        ({"step": [], "prompt": [], "completion": [], "advantages": []}, "line 1 logs no row"),
+    ],
+)
+def test_bad_values_are_one_line_naming_their_line(tmp_path, change, said):
+    first = {**_lines()[0], **change}
+    with pytest.raises(InputError, match=re.escape(said)):
+        rollaudit.load(_write(tmp_path / "run", [first]))
+
+
+def test_a_line_without_reward_functions_is_refused(tmp_path):
+    first = {key: value for key, value in _lines()[0].items() if not key.startswith("reward_")}
+    with pytest.raises(InputError, match="no reward-function list"):
+        rollaudit.load(_write(tmp_path / "run", [first]))
+
+
+def test_the_users_options_outrank_args_json(tmp_path):
+    lines = _lines()
+    folder = _write(tmp_path / "run", lines, {"num_generations": 16, "reward_weights": None})
+    table = rollaudit.load(folder, num_generations=8, reward_weights=[1.0, 0.0])
+    assert np.array_equal(table.column("reward").to_numpy(), np.asarray(table.column("reward_correct")))
+
+
+def test_two_runs_are_never_merged(tmp_path):
+    lines = _lines()
+    first, second = _write(tmp_path / "a", lines), _write(tmp_path / "b", lines)
+    with pytest.raises(InputError, match="never merged"):
+        rollaudit.load([first / "completions.jsonl", second / "completions.jsonl"])
+
+
+def test_a_repeat_whose_entropy_differs_is_still_a_repeat(tmp_path):
+    lines = [{**line, "entropy": [0.1] * 16} for line in _lines()]
+    again = {**_relogged(lines[0], 6), "entropy": [0.2] * 16}
+    table = rollaudit.load(_write(tmp_path / "run", [lines[0], again, lines[1], lines[2]]))
+    assert table.num_rows == 48

@@ -115,7 +115,7 @@ def test_an_unknown_key_is_ignored_and_a_known_key_with_a_bad_value_named(tmp_pa
     assert done.returncode == 0, done.stderr
     (folder / "args.json").write_text('{"num_generations": "eight"}')
     line = _one_line_error(_compare(folder))
-    assert "args.json" in line and "'num_generations'" in line and "an integer" in line
+    assert "args.json" in line and "'num_generations'" in line and "a positive integer" in line
     (folder / "args.json").write_text('{"scale_rewards": "sometimes"}')
     line = _one_line_error(_compare(folder))
     assert "'scale_rewards'" in line and "one of group, batch, none, gdpo" in line
@@ -126,3 +126,50 @@ def test_config_for_a_format_that_reads_none_is_refused(tmp_path):
     config.write_text("{}")
     line = _one_line_error(_compare(SAMPLES / "generic" / "rollouts.csv", "--config", config))
     assert "--config is not read for generic dumps" in line
+
+
+def test_numbers_past_a_double_and_counts_out_of_range_are_named(tmp_path):
+    import rollaudit
+    from rollaudit import InputError
+
+    folder = _run_dir(tmp_path)
+    for text, key in (
+        ('{"num_generations": 1' + "0" * 400 + "}", "num_generations"),
+        ('{"beta": 1' + "0" * 400 + "}", "beta"),
+        ('{"num_generations": 0}', "num_generations"),
+    ):
+        (folder / "args.json").write_text(text)
+        with pytest.raises(InputError, match=f"field '{key}'"):
+            rollaudit.load(folder)
+
+
+def test_a_gate_rules_file_given_as_the_run_config_is_pointed_to_gate_config(tmp_path):
+    folder = _run_dir(tmp_path)
+    rules = tmp_path / "gate.toml"
+    rules.write_text('[tool.rollaudit.gate]\nmax = ["batch:sign_flip_rate=0.1"]\n')
+    line = _one_line_error(_compare(folder, "--config", rules))
+    assert "--gate-config" in line
+
+
+@pytest.mark.parametrize(
+    ("settings", "scheme"),
+    [
+        (
+            "algo:\n  advantage:\n    estimator: reinforce_baseline\n    no_whiten: true\n",
+            "molt-reinforce-baseline(whiten=none)",
+        ),
+        ("algo:\n  advantage:\n    estimator: reinforce\n  kl:\n    init_coef: 0.0\n", "molt-reinforce-nokl"),
+        ("algo:\n  advantage:\n    estimator: reinforce\n  kl:\n    use_loss: true\n", "molt-reinforce-nokl"),
+        ("algo:\n  advantage:\n    estimator: reinforce\n    gamma: 0.9\n  kl:\n    init_coef: 0.0\n", None),
+        ("algo:\n  advantage:\n    estimator: reinforce\n", None),
+    ],
+)
+def test_molts_settings_name_its_preset_or_say_why_none(tmp_path, settings, scheme):
+    import rollaudit
+
+    config = tmp_path / "molt.yaml"
+    config.write_text(settings)
+    table = rollaudit.load(corpus("molt") / "reinforce_default" / "rollout_dump", config=config)
+    trained = rollaudit.audit(table, device="cpu").trained_with
+    assert (trained.scheme, trained.evidence) == (scheme, "config")
+    assert "molt.yaml" in trained.why

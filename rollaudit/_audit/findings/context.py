@@ -36,7 +36,7 @@ class Rows:
     table: pa.Table
     advantage: torch.Tensor  # float64, NaN where the run gave none
     scheme: Scheme | None  # the preset the advantages come from, where one reproduces them or is given or assumed
-    evidence: str  # recorded, given or framework default
+    evidence: str  # recorded, given, config or framework default
     present: torch.Tensor  # the rows with an advantage to check (recorded ones: those recorded)
     full: pa.Table | None = None  # every row, the untrained ones too, where the dump has untrained rows
     row_numbers: np.ndarray | None = None  # each row's number in the table as loaded (untrained rows counted)

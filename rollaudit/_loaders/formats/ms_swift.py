@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,6 @@ SETTINGS = (
     Setting("loss_type", ("loss_type",), "str"),
     Setting("dynamic_sample", ("dynamic_sample",), "bool"),
     Setting("logging_steps", ("logging_steps",), "int"),
-    Setting("steps_per_generation", ("steps_per_generation",), "int"),
 )
 NO_TRAJECTORY = "every ms-swift row is a whole completion: counting trajectories once is the per-prompt scheme here"
 DEFAULT_WHY = (
@@ -99,6 +99,7 @@ def config_files(paths: list[Path]) -> list[Path]:
 
 
 def _number_list(values: Any, path: Path, line: int, key: str, rows: int) -> np.ndarray:
+    """A list of JSON numbers (null: NaN, as a reward function's None), one per row."""
     if not isinstance(values, list) or len(values) != rows:
         raise InputError(
             f"line {line + 1}: {key} is not a list of {rows} values",
@@ -106,27 +107,28 @@ def _number_list(values: Any, path: Path, line: int, key: str, rows: int) -> np.
             field=key,
             expected="one value per row of the line's step list",
         )
-    try:
-        return np.array([math.nan if value is None else value for value in values], dtype=np.float64)
-    except (TypeError, ValueError):
+    if not all(value is None or (type(value) in (int, float) and abs(value) < 1e308) for value in values):
         raise InputError(
             f"line {line + 1}: {key} holds a value that is not a number", file=str(path), field=key, expected="numbers"
-        ) from None
+        )
+    return np.array([math.nan if value is None else float(value) for value in values], dtype=np.float64)
+
+
+_STEP_TEXT = re.compile(r"-?[0-9]{1,18}")
 
 
 def _step(values: list[Any], path: Path, line: int) -> int:
-    steps = set(values)
-    if len(steps) != 1:
+    """The line's logging step: every row's, one integer (ms-swift writes it as a string)."""
+    texts = {str(value) if type(value) in (str, int) else None for value in values}
+    text = next(iter(texts)) if len(texts) == 1 else None
+    if text is None or not _STEP_TEXT.fullmatch(text):
+        shown = ", ".join(sorted(repr(value)[:20] for value in set(map(str, values))))[:120]
         raise InputError(
-            f"line {line + 1}: the rows name {len(steps)} different steps",
+            f"line {line + 1}: step {shown}",
             file=str(path),
             field="step",
-            expected="one logging step per line",
+            expected="one integer logging step for every row of the line",
         )
-    (value,) = steps
-    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    if not text.lstrip("-").isdigit() or len(text) > 18:
-        raise InputError(f"line {line + 1}: step {value!r}", file=str(path), field="step", expected="an integer")
     return int(text)
 
 
@@ -155,6 +157,12 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
                 )
             keys = list(record)
             names = keys[keys.index("completion") + 1 : keys.index("advantages")]
+            if not names:
+                raise InputError(
+                    f"line {line + 1} holds no reward-function list between completion and advantages",
+                    file=str(path),
+                    expected="the reward functions' lists ms-swift writes there",
+                )
             if functions is None:
                 functions = names
             elif names != functions:
@@ -164,6 +172,8 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
                     expected="one run's reward functions on every line",
                 )
             rows = len(record["step"])
+            if rows == 0:
+                raise InputError(f"line {line + 1} logs no row", file=str(path), field="step", expected="logged rows")
             prompts = record["prompt"]
             if len(prompts) != rows or not all(isinstance(text, str) for text in prompts):
                 raise InputError(
@@ -175,9 +185,10 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
             step = _step(record["step"], path, line)
             advantage = _number_list(record["advantages"], path, line, "advantages", rows)
             rewards = [_number_list(record[name], path, line, name, rows) for name in names]
-            # A line written again holds the same rows: everything but its step.
-            del record["step"]
-            digest = hashlib.blake2b(json.dumps(record, ensure_ascii=False).encode(), digest_size=16).hexdigest()
+            # A line written again holds the same rows: their prompts, completions, rewards and advantages (what the
+            # trainer fills during training, entropy, may differ between two writes of one batch).
+            same = [record["prompt"], record["completion"], *(record[name] for name in names), record["advantages"]]
+            digest = hashlib.blake2b(json.dumps(same, ensure_ascii=False).encode(), digest_size=16).hexdigest()
             digests.append([line, digest, rows])
             parts["line"].append(np.full(rows, line, dtype=np.int64))
             parts["row"].append(np.arange(rows, dtype=np.int64))
@@ -208,6 +219,9 @@ def read(path: Path, options: LoadOptions) -> pa.Table:
 
 
 def _weights(functions: list[str], config: RunConfig | None, options: LoadOptions, path: Path) -> tuple[Any, str]:
+    """The reward functions' weights: --reward-weights, else the run's args.json, else 1 each (an assumption)."""
+    if options.reward_weights is not None:
+        config = None  # the user's word outranks a file
     given = config.get("reward_weights") if config is not None else None
     if config is not None and "reward_weights" in config and given is None:
         return np.ones(len(functions), dtype=np.float32), f"1 each: {config.cite('reward_weights')}"
@@ -262,11 +276,13 @@ def _slices_verify(
         return True
     shaped_r = rewards.reshape(-1, size)
     shaped_a = advantages.reshape(-1, size)
+    checked = np.isfinite(shaped_a).all(axis=1) & np.isfinite(shaped_r).all(axis=1)  # a NaN slice says nothing
+    shaped_r, shaped_a = shaped_r[checked], shaped_a[checked]
     centred = shaped_r - shaped_r.mean(axis=1, keepdims=True)
     power = (centred * centred).sum(axis=1)
     factor = np.where(power > 0, (centred * shaped_a).sum(axis=1) / np.where(power > 0, power, 1.0), 0.0)
-    residual = np.abs(shaped_a - factor[:, None] * centred).max(axis=1)
-    scale = np.maximum(1.0, np.abs(shaped_a).max(axis=1))
+    residual = np.abs(shaped_a - factor[:, None] * centred).max(axis=1, initial=0.0)
+    scale = np.maximum(1.0, np.abs(shaped_a).max(axis=1, initial=0.0))
     return bool(np.all(residual <= 1e-4 * scale) and np.all(factor >= -1e-6))
 
 
@@ -275,7 +291,7 @@ def _group_size(table: pa.Table, rewards: np.ndarray, given: tuple[int, str] | N
     line_sizes = np.bincount(np.unique(lines, return_inverse=True)[1])
     texts = text_codes(table)
     recorded = table.column("advantage").to_numpy()
-    advantages = recorded if np.isfinite(recorded).all() else None
+    advantages = recorded if np.isfinite(recorded).any() else None
     if given is not None:
         size, source = given
         if np.any(line_sizes % size) or not _slices_verify(size, lines, texts, rewards, None):
@@ -327,11 +343,14 @@ def _repeats(metadata: dict[bytes, bytes]) -> tuple[set[int], int]:
 
 def combine(paths: list[Path], reduced: list[pa.Table], options: LoadOptions) -> list[pa.Table]:
     """A canonical table per logged step: repeats read once, rewards weighted, rows grouped by slices of G."""
-    config = options.run_config
-    steps: list[pa.Table] = []
-    for path, table in zip(paths, reduced, strict=True):
-        steps.extend(_file_steps(path, table, config, options))
-    return steps
+    if len(paths) > 1:
+        raise InputError(
+            f"{len(paths)} ms-swift completions.jsonl given together: each holds a whole run (a resumed run appends "
+            "to it), and runs are never merged",
+            file=str(paths[0]),
+            expected="one completions.jsonl",
+        )
+    return _file_steps(paths[0], reduced[0], options.run_config, options)
 
 
 def _file_steps(path: Path, table: pa.Table, config: RunConfig | None, options: LoadOptions) -> list[pa.Table]:
@@ -345,10 +364,10 @@ def _file_steps(path: Path, table: pa.Table, config: RunConfig | None, options: 
     matrix = np.column_stack([table.column(f"reward_{index}").to_numpy() for index in range(len(functions))])
     rewards = swift_rewards(matrix, weights)
     given = None
-    if config is not None and "num_generations" in config:
-        given = (config.get("num_generations"), config.cite("num_generations"))
-    elif options.num_generations is not None:
+    if options.num_generations is not None:  # the user's word outranks a file
         given = (options.num_generations, "--num-generations")
+    elif config is not None and "num_generations" in config:
+        given = (config.get("num_generations"), config.cite("num_generations"))
     size, size_said = _group_size(table, rewards, given, path)
     lines = table.column("line").to_numpy()
     line_steps = dict(zip(lines.tolist(), table.column("step").to_numpy().tolist(), strict=True))
@@ -448,13 +467,11 @@ def _config_notes(config: RunConfig | None, line_steps: dict[int, int]) -> list[
             f"dynamic_sample on ({config.source}): ms-swift resampled groups whose rewards were all equal before the "
             "advantages; the logged rows are those it trained"
         )
-    logging, per_generation = config.get("logging_steps"), config.get("steps_per_generation") or 1
-    if logging and line_steps:
-        last = max(line_steps.values())
-        batches = max(1, last // per_generation)
+    if config.get("logging_steps") and line_steps:
         notes.append(
-            f"{len(line_steps)} logged batches of about {batches} generated up to step {last} "
-            f"({config.cite('logging_steps', 'steps_per_generation')}): the others were trained and never written"
+            f"{len(line_steps)} generation batches logged, at steps {', '.join(map(str, sorted(line_steps.values())))} "
+            f"({config.cite('logging_steps')}): the batches generated between two logs were trained and never "
+            "written"
         )
     return notes
 

@@ -449,10 +449,10 @@ def trained_default(v1: bool, config: RunConfig | None) -> tuple[str | None, str
             f"verl adv_estimator={estimator} is not a group estimator rollaudit reproduces: {cited}",
             config.source,
         )
-    if estimator in ("grpo", "grpo_vectorized"):
-        base = default[0] or base
-        if config.get("norm_adv_by_std") is False:
-            base += "(scale=none)"
+    if estimator == "grpo":
+        base = default[0] or base  # V1 dedups each session's outputs, v0 groups every row
+    if estimator in ("grpo", "grpo_vectorized") and config.get("norm_adv_by_std") is False:
+        base += "(scale=none)"
     return base, f"verl {cited}", config.source
 
 

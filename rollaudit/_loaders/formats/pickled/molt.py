@@ -54,10 +54,14 @@ REINFORCE = (
     "action token plus -kl_coef x a per-token KL whose log-probs the dump does not hold (--algo.kl.init_coef, "
     "0.01 by default), whitened over the batch's action tokens: not reproducible from the dump"
 )
+# Molt's own argument names (its CLI's dotted flags, hierarchized), as a config named with --config spells them.
 SETTINGS = (
-    Setting("estimator", ("algo.advantage.estimator", "advantage_estimator", "estimator"), "str", ESTIMATORS),
-    Setting("clip_range", ("reward.clip_range", "clip_range"), "range"),
-    Setting("kl_coef", ("algo.kl.init_coef", "init_kl_coef", "kl_coef"), "float"),
+    Setting("estimator", ("algo.advantage.estimator",), "str", ESTIMATORS),
+    Setting("clip_range", ("reward.clip_range",), "range"),
+    Setting("kl_coef", ("algo.kl.init_coef",), "float"),
+    Setting("kl_use_loss", ("algo.kl.use_loss",), "bool"),
+    Setting("gamma", ("algo.advantage.gamma",), "float"),
+    Setting("no_whiten", ("algo.advantage.no_whiten",), "bool"),
     Setting("actor_nodes", ("actor.num_nodes",), "int"),
     Setting("actor_gpus", ("actor.num_gpus_per_node",), "int"),
     Setting("cp_size", ("fsdp.cp_size",), "int"),
@@ -228,31 +232,22 @@ def _balanced_out(experience: np.ndarray, ranks: int) -> pa.Array:
 def trained_default(config: RunConfig | None) -> tuple[str | None, str]:
     """The run's preset from its config, else Molt's default (reinforce: not reproducible), and why."""
     if config is None or "estimator" not in config:
-        if config is not None and config.get("kl_coef") == 0.0:
-            return "molt-reinforce-nokl", f"Molt's default estimator reinforce, with {config.cite('kl_coef')}"
         return None, REINFORCE + " (no config names the estimator: Molt's CLI default assumed)"
     estimator = config.get("estimator")
+    cited = config.cite("estimator", "clip_range", "kl_coef", "kl_use_loss", "gamma", "no_whiten")
     if estimator in PRESET_OF:
-        return PRESET_OF[estimator], f"Molt {estimator}: {config.cite('estimator', 'clip_range')}"
+        unwhitened = estimator == "reinforce_baseline" and config.get("no_whiten")
+        return PRESET_OF[estimator] + ("(whiten=none)" if unwhitened else ""), f"Molt {estimator}: {cited}"
     if estimator == "reinforce":
-        if config.get("kl_coef", DEFAULT_KL) == 0.0:
-            return "molt-reinforce-nokl", f"Molt reinforce without KL: {config.cite('estimator', 'kl_coef')}"
-        return None, f"{REINFORCE} ({config.cite('estimator', 'kl_coef')})"
-    return (
-        None,
-        f"Molt {estimator} needs what the dump does not hold (a critic or a teacher): {config.cite('estimator')}",
-    )
-
-
-def config_files(paths: list[Path]) -> list[Path]:
-    """Molt saves no config of its own: a ``config.yaml`` or ``config.json`` the run keeps beside its dump."""
-    folder = paths[0].parent
-    return [
-        folder / "config.yaml",
-        folder / "config.json",
-        folder.parent / "config.yaml",
-        folder.parent / "config.json",
-    ]
+        no_kl = config.get("kl_coef", DEFAULT_KL) == 0.0 or bool(config.get("kl_use_loss"))
+        if not no_kl:
+            return None, f"{REINFORCE} ({cited})"
+        if config.get("gamma", 1.0) != 1.0:
+            return None, f"Molt reinforce discounts its returns token by token (gamma != 1): no preset ({cited})"
+        if config.get("no_whiten"):
+            return None, f"Molt reinforce without whitening trains on the raw rewards: no group scheme ({cited})"
+        return "molt-reinforce-nokl", f"Molt reinforce with no KL in its returns: {cited}"
+    return None, f"Molt {estimator} needs what the dump does not hold (a critic or a teacher): {cited}"
 
 
 LOADER = Format(
@@ -276,7 +271,6 @@ LOADER = Format(
     ),
     cannot_audit=CANNOT_AUDIT,
     settings=SETTINGS,
-    config_files=config_files,
-    config_where="none saved by Molt (its CLI arguments reach W&B only): --config, or config.yaml/config.json kept "
-    "beside the dump directory",
+    config_where="none saved by Molt (its CLI arguments reach W&B only): --config, spelled as its flags "
+    "(algo.advantage.estimator, reward.clip_range, ...)",
 )
