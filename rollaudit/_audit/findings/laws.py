@@ -62,7 +62,9 @@ def laws_kept(scheme: Scheme) -> LawsKept:
     samples = scheme.members == "samples" and scheme.baseline != "decayed"
     plain = samples and scheme.subgroups == "none" and scheme.length_penalty == "none" and scheme.reward == "reward"
     by_prompt = scheme.groups == "prompt" and scheme.group_by == "prompt"
-    if plain and (by_prompt or scheme.groups == "batch"):
+    # Float32 moments divided where std > 0 leave equal rewards residues of a std (NeMo-RL before PR #4158): by design.
+    residues = scheme.std_from == "moments" and scheme.std_guard == "positive" and scheme.dtype != "float64"
+    if plain and (by_prompt or scheme.groups == "batch") and not residues:
         laws.update((EQUAL, ORDER))
     if not (plain and by_prompt and scheme.std_over == "group" and scheme.whiten == "none"):
         return LawsKept(frozenset(laws))
