@@ -479,8 +479,8 @@ def with_found(table: pa.Table, found: Mapping[str, Mapping[str, int]], notes: I
 # What a loader knows of the run beyond its rows (``{fact: value}``, JSON-ready):
 #   ``trained_default``: ``{"scheme": str | None, "why": str}``, the framework's default preset for this layout and
 #       version (None: cannot tell; ``why`` says why), an assumption, or with ``"config": file`` the config's word;
-#   ``no_trajectory``: why the dump cannot tie a sample to its trajectory (schemes over trajectories are then
-#       not auditable).
+#   ``no_trajectory``: why the dump cannot tie a sample to its trajectory (no scheme over trajectories is auditable);
+#   ``rewards_not_trained``: why its rewards are not those the run trained on (no finding compares with them).
 FACTS_METADATA = b"rollaudit.facts"
 
 

@@ -74,12 +74,15 @@ def test_every_preset_equals_ms_swifts_own_and_the_run_names_its_mode(name):
         scale = np.maximum(1.0, np.abs(want))
         # float32 upstream: within 8 roundings of a float32 (the recomputation rounds once, at the end)
         assert np.max(np.abs(actual - want) / scale) <= 1e-6, (name, column)
-    trained = rollaudit.audit(table, device="cpu").trained_with
+    report = rollaudit.audit(table, device="cpu")
+    trained = report.trained_with
     own = PRESETS[(args["advantage_estimator"], args["scale_rewards"])]
     if args["kl_in_reward"] and args["beta"]:
-        # The advantages used beta x KL, which the dump does not hold: no preset matches, and the config says why.
+        # The advantages used beta x KL, which the dump does not hold: no preset matches, the config says why, and
+        # no finding compares the advantages with rewards the run did not train on.
         assert trained.scheme is None and trained.evidence == "recorded"
-        assert "not reproducible from the logged rewards" in trained.why
+        assert "the run's config says why: not reproducible from the logged rewards" in trained.why
+        assert report.findings == [], [finding.code for finding in report.findings]
     else:
         assert trained.evidence == "recorded"
         assert trained.scheme == own or own in trained.why, (trained.scheme, own, trained.why)

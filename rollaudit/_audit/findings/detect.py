@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..._table import NOT_TRAINED
+from ..._table import NOT_TRAINED, facts_in
 from ..presets import get_scheme
 from .codes import BY_CODE
 from .context import Rows
@@ -70,11 +70,15 @@ def find(
     advantage = advantage.to(torch.float64).cpu()
     found: dict[str, list[Hit]] = {}
     whole: Rows | None = None  # every row of the run: where findings are counted and their examples taken
+    # Rewards that are not what the run trained on (a KL it subtracted, which the dump lacks) support no finding that
+    # compares advantages with them: only the values' own checks stand.
+    rewards_apart = bool(facts_in(table).get("rewards_not_trained"))
     for mask, scheme in parts:
         on = present if mask is None else present & mask
         rows = Rows(enc, table, advantage, scheme, evidence, on, full, row_numbers, prompt_groups)
         whole = rows if mask is None else whole
-        for hit in _part_hits(rows, scheme, closest):
+        hits = nonfinite(rows, scheme) if rewards_apart else _part_hits(rows, scheme, closest)
+        for hit in hits:
             found.setdefault(hit.code, []).append(hit._replace(flagged=hit.flagged & rows.present))
     if whole is None:
         whole = Rows(enc, table, advantage, None, evidence, present, full, row_numbers, prompt_groups)

@@ -192,6 +192,8 @@ def config_said(trained: TrainedWith, config: dict[str, Any] | None, equivalent:
     named = config.get("scheme")
     if named is not None and trained.scheme is not None and named in (trained.scheme, *equivalent):
         return replace(trained, why=f"{trained.why}; the run's config names it too ({config.get('why')})")
+    if named is None and trained.scheme is None:  # the config says why no preset matches
+        return replace(trained, why=f"{trained.why}; the run's config says why: {config.get('why')}")
     says = f"names {named}" if named is not None else "says the advantages are not reproducible"
     return replace(
         trained,

@@ -404,7 +404,10 @@ def _file_steps(path: Path, table: pa.Table, config: RunConfig | None, options: 
     ]
     notes += _config_notes(config, line_steps)
     scheme, why, source = trained_default(config)
-    canonical = with_facts(with_trained_default(canonical, scheme, why, source), no_trajectory=NO_TRAJECTORY)
+    kl = why if scheme is None and "holds no KL" in why else None  # the trained rewards had a KL the dump lacks
+    canonical = with_facts(
+        with_trained_default(canonical, scheme, why, source), no_trajectory=NO_TRAJECTORY, rewards_not_trained=kl
+    )
     parts = [part for _, part in columns.split_steps(canonical, path)]
     # The file's counts travel with its first step only: the run's counts are the sum over its steps.
     label = f"ms-swift (prompt = slices of G={size} rows of a line)"
