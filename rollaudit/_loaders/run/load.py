@@ -469,8 +469,6 @@ def _ordered(table: pa.Table) -> bool:
 def with_run_config(loader: Format, paths: list[Path], options: LoadOptions) -> LoadOptions:
     """``options`` with the run's config read for ``loader``'s ``combine``: the file ``options.config`` names, else
     the one its framework saves beside ``paths``, else none. ``--config`` for a format that reads none is refused."""
-    import dataclasses
-
     if not loader.settings:
         if options.config is not None:
             readers = ", ".join(name for name, other in FORMATS.items() if other.settings)
